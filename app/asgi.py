@@ -1,0 +1,89 @@
+"""The application factory: ``litestar --app app.asgi:create_app ...`` and ``uvicorn --factory``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import click
+from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
+from litestar import Litestar
+from litestar.exceptions import HTTPException
+from litestar.plugins import CLIPluginProtocol
+from litestar.types import Scope
+
+from app.core.errors import exit_on_settings_error
+from app.core.logging import configure_logging
+from app.core.module import FeatureModule
+from app.core.request_context import request_context_middleware
+from app.core.resources import Resources
+from app.core.sentry import init_sentry
+from app.core.settings import Settings, get_settings
+from app.modules import api_modules
+
+logger = logging.getLogger("app.api")
+
+
+class ModuleCLIPlugin(CLIPluginProtocol):
+    """Adds each module's command groups (``webhooks``, ``crons``...) to the ``litestar`` CLI."""
+
+    def __init__(self, modules: list[FeatureModule]) -> None:
+        self.modules = modules
+
+    def on_cli_init(self, cli: click.Group) -> None:
+        for module in self.modules:
+            for group in module.cli_groups:
+                cli.add_command(group)
+
+
+async def _log_server_error(exc: Exception, scope: Scope) -> None:
+    if isinstance(exc, HTTPException) and exc.status_code < 500:
+        return
+    logger.error("Unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+
+
+def _lifespan(resources: Resources):  # type: ignore[no-untyped-def]
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.resources = resources
+        try:
+            yield
+        finally:
+            await resources.close()
+
+    return lifespan
+
+
+def build_app(settings: Settings, modules: list[FeatureModule] | None = None) -> Litestar:
+    """Build the app from explicit settings (tests use this; production uses ``create_app``)."""
+    modules = api_modules() if modules is None else modules
+    configure_logging(settings)
+    init_sentry(settings, "api")
+    resources = Resources.open(settings)
+    return Litestar(
+        route_handlers=[handler for module in modules for handler in module.route_handlers],
+        plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin(_cli_modules())],
+        middleware=[request_context_middleware],
+        lifespan=[_lifespan(resources)],
+        after_exception=[_log_server_error],
+        logging_config=None,
+        state=None,
+        debug=False,
+        request_max_body_size=settings.webhook_max_body_bytes,
+        openapi_config=None,
+    )
+
+
+def _cli_modules() -> list[FeatureModule]:
+    from app.worker.modules import worker_modules
+
+    seen: dict[str, FeatureModule] = {}
+    for module in [*api_modules(), *worker_modules()]:
+        seen.setdefault(module.name, module)
+    return list(seen.values())
+
+
+def create_app() -> Litestar:
+    with exit_on_settings_error():
+        return build_app(get_settings())

@@ -1,0 +1,73 @@
+"""The one way to reach Postgres: the API plugin, jobs, crons and commands share this config."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from advanced_alchemy.base import IdentityBase, orm_registry
+from advanced_alchemy.extensions.litestar import (
+    AlembicAsyncConfig,
+    AsyncSessionConfig,
+    EngineConfig,
+    SQLAlchemyAsyncConfig,
+)
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.core.settings import Settings
+
+__all__ = ["Base", "Database", "make_sqlalchemy_config", "metadata"]
+
+# Every model derives from this base (BIGINT identity primary key, snake_case
+# table names derived from the class name).
+Base = IdentityBase
+metadata: MetaData = orm_registry.metadata
+ALEMBIC_VERSION_TABLE = "alembic_versions"
+
+
+def make_sqlalchemy_config(settings: Settings, *, pool_size: int = 10) -> SQLAlchemyAsyncConfig:
+    return SQLAlchemyAsyncConfig(
+        connection_string=settings.require_database_url(),
+        before_send_handler="autocommit",
+        create_all=False,
+        metadata=metadata,
+        session_config=AsyncSessionConfig(expire_on_commit=False),
+        engine_config=EngineConfig(
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_timeout=5,
+            pool_pre_ping=False,
+            connect_args={"timeout": 5, "server_settings": {"application_name": "saas-jobs"}},
+        ),
+        alembic_config=AlembicAsyncConfig(
+            script_location="alembic",
+            version_table_name=ALEMBIC_VERSION_TABLE,
+        ),
+    )
+
+
+@dataclass
+class Database:
+    """Engine and session maker for code that runs outside a request (jobs, crons, commands)."""
+
+    config: SQLAlchemyAsyncConfig
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, pool_size: int = 10) -> Database:
+        config = make_sqlalchemy_config(settings, pool_size=pool_size)
+        engine = config.get_engine()
+        config.engine_instance = engine  # the API plugin and our own code share one pool
+        maker = async_sessionmaker(engine, expire_on_commit=False)
+        return cls(config=config, engine=engine, sessionmaker=maker)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        async with self.sessionmaker() as session:
+            yield session
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

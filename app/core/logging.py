@@ -1,0 +1,71 @@
+"""One logger set-up for the API, the worker and the commands.
+
+structlog renders every line, including lines of the standard library's
+loggers (arq, uvicorn, SQLAlchemy), so context bound with
+``structlog.contextvars`` (request id, job name, job id...) lands on all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+from app.core.settings import Settings
+
+_NOISY = {"uvicorn.access": logging.WARNING, "httpx": logging.WARNING, "httpcore": logging.WARNING}
+
+
+def _drop_color_message(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    event.pop("color_message", None)  # uvicorn's duplicate of the message, with ANSI codes
+    return event
+
+
+def _shared_processors() -> list[Any]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        _drop_color_message,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+
+
+def _renderer(fmt: str) -> Any:
+    if fmt == "json":
+        return structlog.processors.JSONRenderer()
+    return structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+
+
+def configure_logging(settings: Settings) -> None:
+    """Idempotent: the API factory, the worker and tests may all call it."""
+    shared = _shared_processors()
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    if settings.log_format == "json":
+        final += [structlog.processors.dict_tracebacks]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared, processors=[*final, _renderer(settings.log_format)]
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(settings.log_level)
+    for name, level in _NOISY.items():
+        logging.getLogger(name).setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "arq"):
+        logging.getLogger(name).handlers = []
+        logging.getLogger(name).propagate = True
+
+
+def get_logger(name: str) -> Any:
+    return structlog.stdlib.get_logger(name)

@@ -1,0 +1,24 @@
+"""Column helpers shared by the feature modules' models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, func
+from sqlalchemy.orm import Mapped, mapped_column
+
+
+def utc_timestamp(*, nullable: bool = True, now_default: bool = False) -> Mapped[datetime]:
+    if now_default:
+        return mapped_column(DateTime(timezone=True), nullable=nullable, server_default=func.now())
+    return mapped_column(DateTime(timezone=True), nullable=nullable)
+
+
+class ClerkSyncedColumns:
+    """Rows copied from Clerk: ordered by Clerk's ``updated_at``, soft-deleted at the event time."""
+
+    clerk_updated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )

@@ -1,0 +1,23 @@
+"""What a feature module exposes: one ``MODULE`` object per feature package.
+
+The API mounts the controllers of the modules its factory lists; the worker
+loads the jobs and crons of the modules listed in ``app/worker/modules.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+
+@dataclass(frozen=True)
+class FeatureModule:
+    name: str
+    route_handlers: Sequence[Any] = ()
+    jobs: Sequence[type[Any]] = ()
+    crons: Sequence[type[Any]] = ()
+    cli_groups: Sequence[click.Group] = ()
+    extra: dict[str, Any] = field(default_factory=dict)

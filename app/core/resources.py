@@ -1,0 +1,41 @@
+"""Shared connections of one process: the API, the worker and the commands build the same set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from redis.asyncio import Redis
+
+from app.core.db import Database
+from app.core.redis import make_redis
+from app.core.settings import Settings
+
+if TYPE_CHECKING:
+    from app.queue.protocol import MessageQueue
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    db: Database
+    redis: Redis
+    queue: MessageQueue = field(init=False)
+
+    @classmethod
+    def open(cls, settings: Settings, *, pool_size: int = 10) -> Resources:
+        """Build without connecting: connections are made on first use."""
+        from app.queue.drivers import create_message_queue
+
+        resources = cls(
+            settings=settings,
+            db=Database.from_settings(settings, pool_size=pool_size),
+            redis=make_redis(settings.require_redis_url()),
+        )
+        resources.queue = create_message_queue(resources)
+        return resources
+
+    async def close(self) -> None:
+        await self.queue.close()
+        await self.redis.aclose()
+        await self.db.dispose()

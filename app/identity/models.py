@@ -1,0 +1,55 @@
+"""Tenants, users and memberships, copied from Clerk."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, String, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.core.db import Base
+from app.core.models import ClerkSyncedColumns
+
+
+class Workspace(ClerkSyncedColumns, Base):
+    """A tenant (a Clerk organization) and its billing state as last read from Stripe."""
+
+    __tablename__ = "workspace"
+
+    clerk_org_id: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    slug: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    stripe_customer_id: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    subscription_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    subscription_status: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    price_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    seat_quantity: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    member_limit: Mapped[int] = mapped_column(Integer, nullable=False)
+    current_period_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    cancel_at_period_end: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("false"), default=False
+    )
+    billing_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class AppUser(ClerkSyncedColumns, Base):
+    __tablename__ = "app_user"
+
+    clerk_user_id: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    email: Mapped[str | None] = mapped_column(String(320), nullable=True)
+    first_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    last_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+
+class WorkspaceMember(ClerkSyncedColumns, Base):
+    __tablename__ = "workspace_member"
+
+    clerk_membership_id: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspace.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("app_user.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    role: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    suspended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -1,0 +1,39 @@
+"""Failure kinds a job can raise: anything else is retried with backoff."""
+
+from __future__ import annotations
+
+
+class PermanentError(Exception):
+    """Retrying cannot help (a 4xx from an external API, invalid data): fail now, no retry."""
+
+
+class RetryLater(Exception):
+    """Retry after a delay the remote side asked for (HTTP 429 ``Retry-After``)."""
+
+    def __init__(self, message: str, *, after_seconds: float) -> None:
+        super().__init__(message)
+        self.after_seconds = after_seconds
+
+
+class QueueUnavailableError(Exception):
+    """The queue (Redis) did not accept a job within the bounded wait."""
+
+
+class UnknownJobError(Exception):
+    """A job class is not registered in any loaded module."""
+
+
+_RETRYABLE_4XX = {408, 425, 429}
+
+
+def error_for_http_status(status: int, message: str, *, retry_after: float | None = None) -> Exception:
+    """Map an external HTTP status to the failure our job layer understands.
+
+    4xx other than 408, 425 and 429 is permanent; 429 honours ``Retry-After``;
+    everything else (5xx, timeouts) is an ordinary, retried error.
+    """
+    if status == 429 and retry_after is not None:
+        return RetryLater(f"{message} (HTTP 429, retry after {retry_after:g}s)", after_seconds=retry_after)
+    if 400 <= status < 500 and status not in _RETRYABLE_4XX:
+        return PermanentError(f"{message} (HTTP {status}: not retried)")
+    return RuntimeError(f"{message} (HTTP {status})")

@@ -1,0 +1,113 @@
+"""Job and cron base classes.
+
+A job is a class: its name is the class name, its queue is a class attribute,
+its data is a typed structure (msgspec Struct or dataclass) validated when the
+job is read back, and ``handle(data)`` does the work. Dependencies arrive in
+the :class:`JobContext` the worker (or the sync driver) builds.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+import msgspec
+
+from app.queue.queues import QueueName
+
+if TYPE_CHECKING:
+    from app.core.resources import Resources
+    from app.core.settings import Settings
+
+DataT = TypeVar("DataT")
+
+DEFAULT_RETRY_LIMIT = 5
+DEFAULT_BACKOFF_BASE_SECONDS = 5.0
+DEFAULT_BACKOFF_CAP_SECONDS = 3600.0
+DEFAULT_TIMEOUT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retry_limit: int = DEFAULT_RETRY_LIMIT
+    backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS
+    backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a running job gets: shared resources and who it is."""
+
+    resources: Resources
+    job_id: str
+    attempt: int
+    retry_limit: int
+    queue_name: str
+
+
+class Job(Generic[DataT]):
+    """Base of every job. Subclass as ``class MyJob(Job[MyJobData])`` and set ``queue``."""
+
+    queue: ClassVar[QueueName] = QueueName.DEFAULT
+    retry_limit: ClassVar[int] = DEFAULT_RETRY_LIMIT
+    backoff_base_seconds: ClassVar[float] = DEFAULT_BACKOFF_BASE_SECONDS
+    backoff_cap_seconds: ClassVar[float] = DEFAULT_BACKOFF_CAP_SECONDS
+    timeout_seconds: ClassVar[int] = DEFAULT_TIMEOUT_SECONDS
+    data_type: ClassVar[type[Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if typing.get_origin(base) is not None and issubclass(typing.get_origin(base), Job):
+                (arg,) = typing.get_args(base)
+                if not isinstance(arg, TypeVar):
+                    cls.data_type = arg
+
+    def __init__(self, context: JobContext) -> None:
+        self.context = context
+        self.resources = context.resources
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.__name__
+
+    @classmethod
+    def retry_policy(cls, settings: Settings) -> RetryPolicy:
+        """Override to read the policy from settings (the webhook job does)."""
+        return RetryPolicy(
+            cls.retry_limit, cls.backoff_base_seconds, cls.backoff_cap_seconds, cls.timeout_seconds
+        )
+
+    @classmethod
+    def encode_data(cls, data: DataT) -> Any:
+        if not isinstance(data, cls.data_type):
+            raise TypeError(f"{cls.name()} takes {cls.data_type.__name__}, got {type(data).__name__}")
+        return msgspec.to_builtins(data)
+
+    @classmethod
+    def decode_data(cls, raw: Any) -> DataT:
+        """Validate queued data against the job's data type (raises ``msgspec.ValidationError``)."""
+        return typing.cast(DataT, msgspec.convert(raw, cls.data_type, strict=False))
+
+    async def handle(self, data: DataT) -> None:
+        raise NotImplementedError
+
+
+class CronTick(msgspec.Struct, frozen=True):
+    """The data of a cron run: which tick (UTC) it is for."""
+
+    slot: datetime
+
+
+class CronJob(Job[CronTick]):
+    """A job run on a 5-field cron pattern read in UTC: set ``pattern``, or override ``schedule``."""
+
+    queue: ClassVar[QueueName] = QueueName.CRON
+    pattern: ClassVar[str]
+
+    @classmethod
+    def schedule(cls, settings: Settings) -> str:
+        return cls.pattern

@@ -1,0 +1,4 @@
+from app.core.module import FeatureModule
+from app.system.controllers import HealthController
+
+MODULE = FeatureModule(name="system", route_handlers=[HealthController])

@@ -1,0 +1,53 @@
+"""The inbox: one row per (provider, event id), whatever the number of deliveries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Index, Integer, String, Text, UniqueConstraint, func, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.core.db import Base
+
+
+class WebhookEvent(Base):
+    __tablename__ = "webhook_event"
+    __table_args__ = (
+        UniqueConstraint("provider", "event_id", name="uq_webhook_event_provider_event_id"),
+        # Recovery reads only pending rows (unprocessed, not set aside) by arrival time.
+        Index(
+            "ix_webhook_event_pending",
+            "received_at",
+            postgresql_where=text("processed_at IS NULL AND abandoned_at IS NULL"),
+        ),
+        # Retention deletes processed rows by processing time.
+        Index(
+            "ix_webhook_event_processed", "processed_at", postgresql_where=text("processed_at IS NOT NULL")
+        ),
+        # retry-abandoned and the operator list read set-aside rows.
+        Index(
+            "ix_webhook_event_abandoned", "abandoned_at", postgresql_where=text("abandoned_at IS NOT NULL")
+        ),
+    )
+
+    provider: Mapped[str] = mapped_column(String(32), nullable=False)
+    event_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    type: Mapped[str] = mapped_column(String(255), nullable=False)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    received_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"), default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    abandoned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    @property
+    def status(self) -> str:
+        if self.processed_at is not None:
+            return "processed"
+        if self.abandoned_at is not None:
+            return "abandoned"
+        return "failed" if self.attempts else "pending"

@@ -1,0 +1,91 @@
+"""A Sentry ingest stub: a real HTTP server on loopback that keeps every envelope it receives."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class SentryIngestStub:
+    """Point ``SENTRY_DSN`` at :attr:`dsn`; read what arrived from :attr:`events`."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.check_ins: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                stub._ingest(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def dsn(self) -> str:
+        return f"http://public@127.0.0.1:{self._server.server_address[1]}/1"
+
+    def start(self) -> SentryIngestStub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _ingest(self, body: bytes) -> None:
+        position = body.find(b"\n") + 1  # skip the envelope header
+        while 0 < position < len(body):
+            end = body.find(b"\n", position)
+            header = json.loads(body[position : end if end >= 0 else len(body)] or b"{}")
+            start = end + 1
+            length = header.get("length")
+            stop = start + length if length is not None else (body.find(b"\n", start) % (len(body) + 1))
+            if stop < start:
+                stop = len(body)
+            payload, position = body[start:stop], stop + 1
+            kind = header.get("type")
+            if kind in ("event", "check_in"):
+                item = json.loads(payload)
+                with self._lock:
+                    (self.events if kind == "event" else self.check_ins).append(item)
+
+    def wait_for(
+        self,
+        predicate: Callable[[list[dict[str, Any]]], bool],
+        timeout: float = 10.0,
+        *,
+        check_ins: bool = False,
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                items = list(self.check_ins if check_ins else self.events)
+            if predicate(items) or time.monotonic() > deadline:
+                return items
+            time.sleep(0.05)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.events.clear()
+            self.check_ins.clear()
+
+
+def exception_types(event: dict[str, Any]) -> list[str]:
+    return [value.get("type", "") for value in event.get("exception", {}).get("values", [])]

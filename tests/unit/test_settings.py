@@ -1,0 +1,91 @@
+"""Settings are validated at start, with one line naming the variable and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.settings import SettingsError, load_settings
+
+GOOD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def test_defaults_match_the_spec() -> None:
+    settings = load_settings({})
+    assert settings.message_queue_driver == "arq"
+    assert settings.billing_provider == "stripe"
+    assert settings.webhook_rate_limit_per_minute == 600
+    assert settings.webhook_max_body_bytes == 1_048_576
+    assert settings.webhook_retry_limit == 10
+    assert settings.webhook_retry_base_seconds == 5
+    assert settings.webhook_job_timeout_seconds == 120
+    assert settings.webhook_abandon_after_attempts == 33
+    assert settings.webhook_recovery_cron == "*/10 * * * *"
+    assert settings.webhook_retention_cron == "30 3 * * *"
+    assert settings.log_format == "console"
+    assert settings.clerk_enabled is False
+
+
+def test_production_logs_json_by_default() -> None:
+    env = {
+        "APP_ENV": "production",
+        "STRIPE_WEBHOOK_SECRET": GOOD_SECRET,
+        "STRIPE_API_KEY": "sk_live_x",
+        "DATABASE_URL": "postgresql+asyncpg://u@db/app",
+        "REDIS_URL": "redis://redis:6379/0",
+    }
+    assert load_settings(env).log_format == "json"
+
+
+def test_several_stripe_secrets_are_read_for_rotation() -> None:
+    other = "whsec_" + "A" * 32
+    settings = load_settings({"STRIPE_WEBHOOK_SECRET": f"{GOOD_SECRET}, {other}"})
+    assert settings.stripe_webhook_secrets == (GOOD_SECRET, other)
+
+
+def test_plain_postgresql_url_gets_the_asyncpg_driver() -> None:
+    settings = load_settings({"DATABASE_URL": "postgresql://u:p@h:5432/d"})
+    assert settings.database_url == "postgresql+asyncpg://u:p@h:5432/d"
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"STRIPE_WEBHOOK_SECRET": "whsec_@@@not-base64@@@"}, "STRIPE_WEBHOOK_SECRET"),
+        ({"STRIPE_WEBHOOK_SECRET": "sk_test_wrong_kind"}, "STRIPE_WEBHOOK_SECRET"),
+        ({"CLERK_WEBHOOK_SIGNING_SECRET": "whsec_***"}, "CLERK_WEBHOOK_SIGNING_SECRET"),
+        ({"DATABASE_URL": "not a url"}, "DATABASE_URL"),
+        ({"DATABASE_URL": "mysql://u@h/d"}, "DATABASE_URL"),
+        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL"),
+        ({"STRIPE_API_BASE": "ftp://x"}, "STRIPE_API_BASE"),
+        ({"WEBHOOK_RATE_LIMIT_PER_MINUTE": "lots"}, "WEBHOOK_RATE_LIMIT_PER_MINUTE"),
+        ({"MESSAGE_QUEUE_DRIVER": "celery"}, "MESSAGE_QUEUE_DRIVER"),
+        ({"TRUSTED_PROXIES": "10.0.0.0/8,nope"}, "TRUSTED_PROXIES: 'nope'"),
+        ({"SENTRY_DSN": "not-a-dsn"}, "SENTRY_DSN"),
+    ],
+)
+def test_malformed_values_name_the_variable(env: dict[str, str], names: str) -> None:
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings(env)
+    message = str(excinfo.value)
+    assert message.startswith(names)
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("pattern", ["*/10 * * *", "0 0 * * * *", "61 * * * *", "every monday"])
+def test_worker_refuses_bad_cron_patterns(pattern: str) -> None:
+    env = {"WEBHOOK_RECOVERY_CRON": pattern}
+    load_settings(env)  # the API does not run crons
+    with pytest.raises(SettingsError, match=r"WEBHOOK_RECOVERY_CRON.*5 fields"):
+        load_settings(env, check_crons=True)
+
+
+def test_production_requires_the_secret_of_an_enabled_provider() -> None:
+    env = {
+        "APP_ENV": "production",
+        "STRIPE_API_KEY": "sk_live_x",
+        "DATABASE_URL": "postgresql+asyncpg://u@db/app",
+        "REDIS_URL": "redis://redis:6379/0",
+    }
+    with pytest.raises(SettingsError, match="STRIPE_WEBHOOK_SECRET"):
+        load_settings(env)
+    assert load_settings({**env, "BILLING_PROVIDER": "none"}).stripe_enabled is False
