@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 import click
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
@@ -43,14 +43,18 @@ async def _log_server_error(exc: Exception, scope: Scope) -> None:
     logger.error("Unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
 
 
-def _lifespan(resources: Resources):  # type: ignore[no-untyped-def]
+def _lifespan(
+    resources: Resources, modules: list[FeatureModule]
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.resources = resources
-        try:
+        async with AsyncExitStack() as stack:
+            stack.push_async_callback(resources.close)
+            for module in modules:
+                if module.lifespan is not None:
+                    await stack.enter_async_context(module.lifespan(app.state, resources))
             yield
-        finally:
-            await resources.close()
 
     return lifespan
 
@@ -60,12 +64,12 @@ def build_app(settings: Settings, modules: list[FeatureModule] | None = None) ->
     modules = api_modules() if modules is None else modules
     configure_logging(settings)
     init_sentry(settings, "api")
-    resources = Resources.open(settings)
+    resources = Resources.open(settings, modules=modules)
     return Litestar(
         route_handlers=[handler for module in modules for handler in module.route_handlers],
         plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin(_cli_modules())],
         middleware=[request_context_middleware],
-        lifespan=[_lifespan(resources)],
+        lifespan=[_lifespan(resources, modules)],
         after_exception=[_log_server_error],
         logging_config=None,
         state=None,

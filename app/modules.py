@@ -7,5 +7,6 @@ from app.core.module import FeatureModule
 
 def api_modules() -> list[FeatureModule]:
     from app import system
+    from app.webhooks.module import MODULE as webhooks
 
-    return [system.MODULE]
+    return [system.MODULE, webhooks]

@@ -122,9 +122,7 @@ async def _clean_state(request: pytest.FixtureRequest) -> AsyncIterator[None]:
             await connection.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
         finally:
             await connection.close()
-    namespace = (
-        request.getfixturevalue("redis_namespace") if "redis_namespace" in request.fixturenames else None
-    )
+    namespace = request.getfixturevalue("redis_namespace") if "redis_namespace" in request.fixturenames else None
     yield
     if namespace:
         await _drop_redis_keys(request.getfixturevalue("redis_url"), namespace)

@@ -17,15 +17,11 @@ class StripeMirrorColumns:
     currency: Mapped[str | None] = mapped_column(String(8), nullable=True)
     reason: Mapped[str | None] = mapped_column(String(128), nullable=True)
     stripe_created_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    synced_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), nullable=False, server_default=func.now()
-    )
+    synced_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
     @declared_attr
     def workspace_id(cls) -> Mapped[int | None]:
-        return mapped_column(
-            BigInteger, ForeignKey("workspace.id", ondelete="SET NULL"), nullable=True, index=True
-        )
+        return mapped_column(BigInteger, ForeignKey("workspace.id", ondelete="SET NULL"), nullable=True, index=True)
 
 
 class BillingDispute(StripeMirrorColumns, Base):

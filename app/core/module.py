@@ -6,7 +6,8 @@ loads the jobs and crons of the modules listed in ``app/worker/modules.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,4 +21,8 @@ class FeatureModule:
     jobs: Sequence[type[Any]] = ()
     crons: Sequence[type[Any]] = ()
     cli_groups: Sequence[click.Group] = ()
+    # provider name -> async handler(context) of the webhook events that module owns
+    webhook_handlers: Mapping[str, Any] = field(default_factory=dict)
+    # API only: ``lifespan(app_state, resources)``, an async context manager run while the app serves
+    lifespan: Callable[[Any, Any], AbstractAsyncContextManager[None]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)

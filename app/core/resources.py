@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
 from app.core.db import Database
+from app.core.module import FeatureModule
 from app.core.redis import make_redis
 from app.core.settings import Settings
 
@@ -20,17 +22,23 @@ class Resources:
     settings: Settings
     db: Database
     redis: Redis
+    modules: Sequence[FeatureModule] = ()
     queue: MessageQueue = field(init=False)
 
     @classmethod
-    def open(cls, settings: Settings, *, pool_size: int = 10) -> Resources:
-        """Build without connecting: connections are made on first use."""
+    def open(cls, settings: Settings, *, pool_size: int = 10, modules: Sequence[FeatureModule] = ()) -> Resources:
+        """Build without connecting: connections are made on first use.
+
+        ``modules`` are the feature modules loaded in this process: their job
+        classes and webhook handlers are the ones this process can run.
+        """
         from app.queue.drivers import create_message_queue
 
         resources = cls(
             settings=settings,
             db=Database.from_settings(settings, pool_size=pool_size),
             redis=make_redis(settings.require_redis_url()),
+            modules=tuple(modules),
         )
         resources.queue = create_message_queue(resources)
         return resources

@@ -109,9 +109,7 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     try:
         value = int(raw)
     except ValueError:
-        raise SettingsError(
-            f"{name}={raw!r} is not a whole number: set it to an integer >= {minimum}."
-        ) from None
+        raise SettingsError(f"{name}={raw!r} is not a whole number: set it to an integer >= {minimum}.") from None
     if value < minimum:
         raise SettingsError(f"{name}={value} is too small: set it to an integer >= {minimum}.")
     return value
@@ -156,9 +154,7 @@ def _redis_url(env: Mapping[str, str]) -> str | None:
         return None
     scheme, sep, rest = raw.partition("://")
     if not sep or scheme not in ("redis", "rediss", "unix") or not rest:
-        raise SettingsError(
-            f"REDIS_URL={raw!r} does not parse: use redis://host:6379/0 (or rediss:// for TLS)."
-        )
+        raise SettingsError(f"REDIS_URL={raw!r} does not parse: use redis://host:6379/0 (or rediss:// for TLS).")
     return raw
 
 
@@ -252,9 +248,7 @@ def _production_checks(settings: Settings) -> None:
         )
     for name, value in (("DATABASE_URL", settings.database_url), ("REDIS_URL", settings.redis_url)):
         if not value:
-            raise SettingsError(
-                f"{name} is not set and APP_ENV=production: embedded servers are for development."
-            )
+            raise SettingsError(f"{name} is not set and APP_ENV=production: embedded servers are for development.")
 
 
 def load_settings(env: Mapping[str, str] | None = None, *, check_crons: bool = False) -> Settings:

@@ -77,9 +77,7 @@ class Job(Generic[DataT]):
     @classmethod
     def retry_policy(cls, settings: Settings) -> RetryPolicy:
         """Override to read the policy from settings (the webhook job does)."""
-        return RetryPolicy(
-            cls.retry_limit, cls.backoff_base_seconds, cls.backoff_cap_seconds, cls.timeout_seconds
-        )
+        return RetryPolicy(cls.retry_limit, cls.backoff_base_seconds, cls.backoff_cap_seconds, cls.timeout_seconds)
 
     @classmethod
     def encode_data(cls, data: DataT) -> Any:

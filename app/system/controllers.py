@@ -49,9 +49,7 @@ class HealthController(Controller):
     async def ready(self, state: State) -> Response[dict[str, str]]:
         """200 when Postgres and Redis answer within 1 s, else 503 naming what failed."""
         resources: Resources = state.resources
-        postgres, redis = await asyncio.gather(
-            _check(_ping_postgres(resources)), _check(resources.redis.ping())
-        )
+        postgres, redis = await asyncio.gather(_check(_ping_postgres(resources)), _check(resources.redis.ping()))
         body = {"postgres": postgres, "redis": redis}
         status = 200 if postgres == "ok" and redis == "ok" else 503
         return Response(body, status_code=status)

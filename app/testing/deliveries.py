@@ -238,9 +238,7 @@ def signed_clerk_delivery(
     body = _encode(event)
     message_id = msg_id or random_id("msg", 27)
     when = _utc(timestamp)
-    signature = " ".join(
-        SvixWebhook(key).sign(message_id, when, body.decode("utf-8")) for key in _secrets(secret)
-    )
+    signature = " ".join(SvixWebhook(key).sign(message_id, when, body.decode("utf-8")) for key in _secrets(secret))
     return Delivery(
         body=body,
         headers={

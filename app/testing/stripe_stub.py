@@ -58,8 +58,7 @@ _SERVER_OPTIONS: dict[str, Any] = {
 }
 _REQUEST_LOG_SIZE = 100_000  # bounded so a long soak run cannot grow it without end
 _RATE_LIMIT = (
-    "Request rate limit exceeded. You can learn more about rate limits here "
-    "https://stripe.com/docs/rate-limits."
+    "Request rate limit exceeded. You can learn more about rate limits here https://stripe.com/docs/rate-limits."
 )
 
 
@@ -81,9 +80,7 @@ def _kind(name: str) -> str:
 
 
 def _answer(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
-    return Response(
-        body, status_code=status, headers={"Request-Id": f"req_{secrets.token_hex(7)}", **(headers or {})}
-    )
+    return Response(body, status_code=status, headers={"Request-Id": f"req_{secrets.token_hex(7)}", **(headers or {})})
 
 
 def _error(status: int, message: str, type_: str = "invalid_request_error", **extra: str) -> Response[Any]:
@@ -341,10 +338,7 @@ class StripeStub:
 
         handlers = [
             command("/state", lambda **body: self.apply_state(body)),
-            *(
-                command(f"/{name}", getattr(self, name))
-                for name in ("remove", "fail", "rate_limit", "slow", "reset")
-            ),
+            *(command(f"/{name}", getattr(self, name)) for name in ("remove", "fail", "rate_limit", "slow", "reset")),
             requests,
         ]
         return Router("/_stub", route_handlers=handlers)

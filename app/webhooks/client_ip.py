@@ -68,8 +68,7 @@ def parse_trusted_proxies(value: str) -> list[Network]:
             networks.append(ipaddress.ip_network(entry, strict=False))
         except ValueError:
             raise ValueError(
-                f"{entry!r} is not an IP address or CIDR network; "
-                "expected e.g. 10.0.0.0/8, 192.0.2.7 or 2001:db8::/32"
+                f"{entry!r} is not an IP address or CIDR network; expected e.g. 10.0.0.0/8, 192.0.2.7 or 2001:db8::/32"
             ) from None
     return networks
 

@@ -23,22 +23,16 @@ class WebhookEvent(Base):
             postgresql_where=text("processed_at IS NULL AND abandoned_at IS NULL"),
         ),
         # Retention deletes processed rows by processing time.
-        Index(
-            "ix_webhook_event_processed", "processed_at", postgresql_where=text("processed_at IS NOT NULL")
-        ),
+        Index("ix_webhook_event_processed", "processed_at", postgresql_where=text("processed_at IS NOT NULL")),
         # retry-abandoned and the operator list read set-aside rows.
-        Index(
-            "ix_webhook_event_abandoned", "abandoned_at", postgresql_where=text("abandoned_at IS NOT NULL")
-        ),
+        Index("ix_webhook_event_abandoned", "abandoned_at", postgresql_where=text("abandoned_at IS NOT NULL")),
     )
 
     provider: Mapped[str] = mapped_column(String(32), nullable=False)
     event_id: Mapped[str] = mapped_column(String(255), nullable=False)
     type: Mapped[str] = mapped_column(String(255), nullable=False)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    received_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), nullable=False, server_default=func.now()
-    )
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"), default=0)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)

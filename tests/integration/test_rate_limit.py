@@ -89,9 +89,7 @@ async def test_no_double_burst_across_a_fixed_window_boundary(redis: Redis, key_
     assert all(d.retry_after == 2 for d in after)
 
 
-async def test_sliding_window_never_admits_more_than_limit_in_any_window(
-    redis: Redis, key_prefix: str
-) -> None:
+async def test_sliding_window_never_admits_more_than_limit_in_any_window(redis: Redis, key_prefix: str) -> None:
     limit, window = 5, 2.0
     limiter = SlidingWindowRateLimiter(redis, limit=limit, window_seconds=2, key_prefix=key_prefix)
     admitted: list[tuple[float, float]] = []  # (sent, answered): admission lies between
@@ -122,9 +120,7 @@ async def test_two_processes_hitting_concurrently_admit_exactly_the_limit(
             SlidingWindowRateLimiter(process_a, limit=limit, key_prefix=key_prefix),
             SlidingWindowRateLimiter(process_b, limit=limit, key_prefix=key_prefix),
         ]
-        decisions = await asyncio.gather(
-            *(limiters[i % 2].hit("stripe", "192.0.2.1") for i in range(2 * limit))
-        )
+        decisions = await asyncio.gather(*(limiters[i % 2].hit("stripe", "192.0.2.1") for i in range(2 * limit)))
     finally:
         await process_a.aclose()
         await process_b.aclose()

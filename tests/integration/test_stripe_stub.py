@@ -35,9 +35,7 @@ def client(make_client: Callable[..., stripe.StripeClient]) -> stripe.StripeClie
     return make_client()
 
 
-async def test_customer_is_served_as_an_sdk_object(
-    stripe_stub: StripeStub, client: stripe.StripeClient
-) -> None:
+async def test_customer_is_served_as_an_sdk_object(stripe_stub: StripeStub, client: stripe.StripeClient) -> None:
     stripe_stub.put_customer("cus_1", email="owner@example.com")
 
     customer = await client.v1.customers.retrieve_async("cus_1")
@@ -108,9 +106,7 @@ async def test_each_resource_is_retrieved_by_id(
     assert (obj.id, obj.object) == ("sub_1", object_name)
 
 
-async def test_unknown_id_raises_invalid_request_404(
-    stripe_stub: StripeStub, client: stripe.StripeClient
-) -> None:
+async def test_unknown_id_raises_invalid_request_404(stripe_stub: StripeStub, client: stripe.StripeClient) -> None:
     stripe_stub.put_customer("cus_1")
     stripe_stub.remove("customer", "cus_1")
 

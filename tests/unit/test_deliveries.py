@@ -45,9 +45,7 @@ def test_altered_stripe_body_is_rejected() -> None:
 
 
 def test_stripe_delivery_signed_with_another_secret_is_rejected() -> None:
-    delivery = signed_stripe_delivery(
-        stripe_event("invoice.paid", stripe_object("invoice")), generate_whsec()
-    )
+    delivery = signed_stripe_delivery(stripe_event("invoice.paid", stripe_object("invoice")), generate_whsec())
 
     with pytest.raises(stripe.SignatureVerificationError):
         stripe.Webhook.construct_event(delivery.body, delivery.headers["Stripe-Signature"], generate_whsec())
@@ -56,9 +54,7 @@ def test_stripe_delivery_signed_with_another_secret_is_rejected() -> None:
 def test_stale_stripe_timestamp_is_rejected_by_tolerance() -> None:
     secret = generate_whsec()
     old = int(time.time()) - 301
-    delivery = signed_stripe_delivery(
-        stripe_event("charge.refunded", stripe_object("charge")), secret, timestamp=old
-    )
+    delivery = signed_stripe_delivery(stripe_event("charge.refunded", stripe_object("charge")), secret, timestamp=old)
 
     with pytest.raises(stripe.SignatureVerificationError):
         stripe.Webhook.construct_event(delivery.body, delivery.headers["Stripe-Signature"], secret)
@@ -66,9 +62,7 @@ def test_stale_stripe_timestamp_is_rejected_by_tolerance() -> None:
 
 def test_stripe_delivery_during_rotation_verifies_with_either_secret() -> None:
     old_secret, new_secret = generate_whsec(), generate_whsec()
-    delivery = signed_stripe_delivery(
-        stripe_event("refund.updated", stripe_object("refund")), [old_secret, new_secret]
-    )
+    delivery = signed_stripe_delivery(stripe_event("refund.updated", stripe_object("refund")), [old_secret, new_secret])
 
     for secret in (old_secret, new_secret):
         stripe.Webhook.construct_event(delivery.body, delivery.headers["Stripe-Signature"], secret)
@@ -99,9 +93,7 @@ def test_stripe_object_gets_fresh_ids_with_the_fixture_prefix() -> None:
 
 
 def test_stripe_subscription_carries_seats_price_and_period_end_in_both_places() -> None:
-    sub = stripe_subscription(
-        "cus_1", id="sub_1", quantity=7, price_id="price_team", current_period_end=1_900_000_000
-    )
+    sub = stripe_subscription("cus_1", id="sub_1", quantity=7, price_id="price_team", current_period_end=1_900_000_000)
     item = sub["items"]["data"][0]
 
     assert (sub["customer"], sub["status"], sub["cancel_at_period_end"]) == ("cus_1", "active", False)

@@ -1,0 +1,35 @@
+"""The processing job: its payload is the inbox row id only; the row is the source of truth."""
+
+from __future__ import annotations
+
+import msgspec
+
+from app.core.settings import Settings
+from app.queue.job import DEFAULT_BACKOFF_CAP_SECONDS, Job, RetryPolicy
+from app.queue.queues import QueueName
+from app.webhooks.processing import process_event
+
+
+class ProcessWebhookEventData(msgspec.Struct, frozen=True):
+    event_row_id: int
+
+
+def deduplication_id(row_id: int) -> str:
+    """One waiting, running or retrying job per inbox row, whoever queues it."""
+    return f"webhook-event:{row_id}"
+
+
+class ProcessWebhookEventJob(Job[ProcessWebhookEventData]):
+    queue = QueueName.WEBHOOK
+
+    @classmethod
+    def retry_policy(cls, settings: Settings) -> RetryPolicy:
+        return RetryPolicy(
+            retry_limit=settings.webhook_retry_limit,
+            backoff_base_seconds=settings.webhook_retry_base_seconds,
+            backoff_cap_seconds=DEFAULT_BACKOFF_CAP_SECONDS,
+            timeout_seconds=settings.webhook_job_timeout_seconds,
+        )
+
+    async def handle(self, data: ProcessWebhookEventData) -> None:
+        await process_event(self.resources, data.event_row_id)

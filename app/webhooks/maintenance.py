@@ -1,0 +1,132 @@
+"""Inbox upkeep shared by the crons and the operator commands: recover, set aside, retain, reopen."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.core.resources import Resources
+from app.core.sentry import report_message
+from app.webhooks.inbox import driver_connection
+from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
+
+logger = logging.getLogger(__name__)
+
+RECOVERY_PAGE_SIZE = 500
+RETENTION_BATCH_SIZE = 5000
+
+# Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
+_PENDING_PAGE = """
+SELECT id, provider, event_id, type, attempts, last_error, received_at FROM webhook_event
+WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
+  AND received_at >= $2 AND (received_at > $2 OR id > $3)
+ORDER BY received_at, id
+LIMIT $4
+"""
+_SET_ASIDE = """
+UPDATE webhook_event SET abandoned_at = now()
+WHERE id = ANY($1::bigint[]) AND abandoned_at IS NULL AND processed_at IS NULL
+RETURNING id, provider, event_id, type, attempts, last_error
+"""
+_RETENTION_BATCH = """
+DELETE FROM webhook_event WHERE id IN (
+    SELECT id FROM webhook_event
+    WHERE processed_at IS NOT NULL AND processed_at < $1 AND abandoned_at IS NULL
+    ORDER BY processed_at
+    LIMIT $2
+)
+"""
+_REOPEN = """
+UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
+WHERE abandoned_at IS NOT NULL AND processed_at IS NULL AND ($1::bigint IS NULL OR id = $1)
+RETURNING id
+"""
+
+
+@dataclass
+class RecoveryReport:
+    requeued: int = 0
+    already_queued: int = 0
+    set_aside: int = 0
+
+
+async def queue_event(resources: Resources, row_id: int) -> bool:
+    """Queue the processing job of one row; False when its job already waits, runs or retries."""
+    job_id = await resources.queue.add(
+        ProcessWebhookEventJob,
+        ProcessWebhookEventData(event_row_id=row_id),
+        deduplication_id=deduplication_id(row_id),
+    )
+    return job_id is not None
+
+
+async def recover(resources: Resources, now: datetime | None = None) -> RecoveryReport:
+    """Queue again every pending event older than the recovery delay; set aside exhausted ones."""
+    settings = resources.settings
+    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=settings.webhook_recovery_after_seconds)
+    report = RecoveryReport()
+    last_received, last_id = datetime.min.replace(tzinfo=UTC), 0
+    while True:
+        async with driver_connection(resources.db) as connection:
+            rows = await connection.fetch(_PENDING_PAGE, cutoff, last_received, last_id, RECOVERY_PAGE_SIZE)
+            exhausted = [r["id"] for r in rows if r["attempts"] >= settings.webhook_abandon_after_attempts]
+            set_aside = await connection.fetch(_SET_ASIDE, exhausted) if exhausted else []
+        for row in set_aside:
+            alert_set_aside(row)
+        report.set_aside += len(set_aside)
+        for row in rows:
+            if row["id"] in exhausted:
+                continue
+            if await queue_event(resources, row["id"]):
+                report.requeued += 1
+            else:
+                report.already_queued += 1
+        if len(rows) < RECOVERY_PAGE_SIZE:
+            return report
+        last_received, last_id = rows[-1]["received_at"], rows[-1]["id"]
+
+
+def alert_set_aside(row: Any) -> None:
+    """One alert per event set aside: an error log line and one Sentry message event (no exception)."""
+    message = (
+        f"Webhook event set aside after {row['attempts']} attempts: provider={row['provider']} "
+        f"event_id={row['event_id']} type={row['type']} last_error={row['last_error']!r}. "
+        "Fix the cause, then run `make retry-abandoned` (or resend it from the provider's dashboard)."
+    )
+    logger.error(message)
+    report_message(
+        message,
+        level="error",
+        tags={"webhook.provider": row["provider"], "webhook.type": row["type"]},
+        extras={"event_id": row["event_id"], "attempts": row["attempts"], "last_error": row["last_error"]},
+        fingerprint=["webhook-set-aside", row["provider"], row["event_id"]],
+    )
+
+
+async def delete_old_processed(resources: Resources, now: datetime | None = None) -> int:
+    """Delete processed events past retention in short batches, each its own transaction."""
+    days = resources.settings.webhook_event_retention_days
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
+    deleted = 0
+    while True:
+        async with driver_connection(resources.db) as connection:
+            status = await connection.execute(_RETENTION_BATCH, cutoff, RETENTION_BATCH_SIZE)
+        batch = int(status.split()[-1])
+        deleted += batch
+        if batch < RETENTION_BATCH_SIZE:
+            return deleted
+
+
+async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> list[int]:
+    """Give set-aside events their attempts back and queue them; returns the reopened row ids."""
+    async with driver_connection(resources.db) as connection:
+        rows = await connection.fetch(_REOPEN, row_id)
+    reopened = [row["id"] for row in rows]
+    for reopened_id in reopened:
+        try:
+            await queue_event(resources, reopened_id)
+        except Exception as exc:  # reopened anyway: the recovery cron queues it
+            logger.warning("Reopened row %s but could not queue it now (%s).", reopened_id, exc)
+    return reopened

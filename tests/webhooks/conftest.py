@@ -1,0 +1,78 @@
+"""Fixtures of the webhook tests: the API in process on real Postgres and Redis, and a recording handler."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+from sqlalchemy import func, select
+
+from app import system
+from app.asgi import build_app
+from app.core.module import FeatureModule
+from app.core.resources import Resources
+from app.core.settings import load_settings
+from app.webhooks.handlers import WebhookContext
+from app.webhooks.models import WebhookEvent
+from app.webhooks.module import build_webhooks_module
+
+
+@dataclass
+class RecordingHandlers:
+    """Handlers that record each event they process and fail while ``failing`` says so."""
+
+    seen: list[tuple[str, str]] = field(default_factory=list)
+    failing: bool = False
+
+    async def handle(self, context: WebhookContext) -> None:
+        if self.failing:
+            raise RuntimeError(f"handler failure for {context.event.event_id}")
+        self.seen.append((context.event.provider, context.event.event_id))
+
+    def module(self) -> FeatureModule:
+        return FeatureModule(name="recording", webhook_handlers={"stripe": self.handle, "clerk": self.handle})
+
+
+@pytest.fixture
+def recording() -> RecordingHandlers:
+    return RecordingHandlers()
+
+
+AppFactory = Callable[..., AsyncTestClient[Any]]
+
+
+@pytest.fixture
+async def make_client(settings_env: dict[str, str], recording: RecordingHandlers) -> AsyncIterator[Callable[..., Any]]:
+    """Build the API with env overrides; returns an entered AsyncTestClient."""
+    clients: list[AsyncTestClient[Any]] = []
+
+    async def make(providers: Any = None, extra_modules: tuple[FeatureModule, ...] = (), **env: str) -> Any:
+        settings = load_settings({**settings_env, **env})
+        webhooks = build_webhooks_module(providers) if providers else build_webhooks_module()
+        modules = [system.MODULE, webhooks, recording.module(), *extra_modules]
+        client: AsyncTestClient[Any] = AsyncTestClient(build_app(settings, modules))
+        await client.__aenter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def client(make_client: Callable[..., Any]) -> Any:
+    return await make_client()
+
+
+async def inbox_rows(resources: Resources) -> list[WebhookEvent]:
+    async with resources.db.session() as session:
+        return list((await session.scalars(select(WebhookEvent).order_by(WebhookEvent.id))).all())
+
+
+async def inbox_count(resources: Resources) -> int:
+    async with resources.db.session() as session:
+        return int(await session.scalar(select(func.count()).select_from(WebhookEvent)) or 0)
