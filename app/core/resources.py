@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
@@ -24,6 +24,12 @@ class Resources:
     redis: Redis
     modules: Sequence[FeatureModule] = ()
     queue: MessageQueue = field(init=False)
+    # Per-process clients a feature module builds once (e.g. the Stripe client), closed with the rest.
+    extensions: dict[str, Any] = field(default_factory=dict)
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def add_closer(self, close: Callable[[], Awaitable[None]]) -> None:
+        self._closers.append(close)
 
     @classmethod
     def open(cls, settings: Settings, *, pool_size: int = 10, modules: Sequence[FeatureModule] = ()) -> Resources:
@@ -44,6 +50,9 @@ class Resources:
         return resources
 
     async def close(self) -> None:
+        for close in reversed(self._closers):
+            await close()
+        self._closers.clear()
         await self.queue.close()
         await self.redis.aclose()
         await self.db.dispose()
