@@ -22,7 +22,11 @@ def init_sentry(settings: Settings, component: Component) -> bool:
     """Start Sentry when ``SENTRY_DSN`` is set; returns whether it is on."""
     if not settings.sentry_dsn:
         return False
-    integrations: list[Any] = []
+    from sentry_sdk.integrations.logging import LoggingIntegration
+
+    # Error log lines stay breadcrumbs: faults are reported explicitly (report_exception /
+    # report_message) or by the Litestar integration, so each reaches Sentry exactly once.
+    integrations: list[Any] = [LoggingIntegration(event_level=None)]
     if component == "api":
         from sentry_sdk.integrations.litestar import LitestarIntegration
 
@@ -32,7 +36,6 @@ def init_sentry(settings: Settings, component: Component) -> bool:
         environment=settings.app_env,
         integrations=integrations,
         traces_sample_rate=0.0,
-        send_default_pii=False,
         server_name=None,
     )
     sentry_sdk.set_tag("component", component)

@@ -1,0 +1,60 @@
+# Everything a developer runs. `make dev` and `make test` do all the set-up on a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+QUEUES ?=
+PROVIDER ?= stripe
+PYTEST_ARGS ?=
+LITESTAR := $(BIN)/litestar --app app.asgi:create_app
+# Commands that need Postgres/Redis run through this: embedded servers (and dev secrets) when no URLs are set.
+WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
+
+.PHONY: install dev api worker test lint format migrate retry-abandoned send-test-webhook bench soak clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	@touch $@
+
+install: $(VENV)/.installed
+
+dev: install  ## API and worker together, embedded Postgres and Redis when no URLs are set
+	@HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m tools.dev
+
+api: install  ## the API only
+	@$(WITH_DEV_ENV) $(BIN)/uvicorn --factory app.asgi:create_app --host $(HOST) --port $(PORT)
+
+worker: install  ## a worker for every queue, or QUEUES=a,b
+	@$(WITH_DEV_ENV) $(BIN)/python -m app.worker $(if $(QUEUES),--queues $(QUEUES))
+
+test: install  ## the whole suite against real Postgres and Redis
+	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
+		$(BIN)/pytest -n 2 -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: install
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+	@$(BIN)/mypy app
+
+format: install
+	@$(BIN)/ruff format .
+	@$(BIN)/ruff check --fix .
+
+migrate: install  ## the same command the production migrate service runs
+	@$(WITH_DEV_ENV) $(LITESTAR) database upgrade --no-prompt
+
+retry-abandoned: install
+	@$(WITH_DEV_ENV) $(LITESTAR) webhooks retry-abandoned
+
+send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API
+	@$(WITH_DEV_ENV) $(LITESTAR) webhooks send-test --provider $(PROVIDER) --url http://$(HOST):$(PORT)
+
+bench: install
+	@$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
