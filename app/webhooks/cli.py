@@ -115,3 +115,42 @@ def replay_command(identifier: str, provider: str | None) -> None:
         return f"Replaying {event.provider} event {event.event_id} (row {event.id})."
 
     click.echo(run_with_resources(work))
+
+
+@webhooks_group.command(name="send-test", help="Sign a sample event with the configured secret and post it to an API.")
+@click.option("--provider", type=click.Choice(["stripe", "clerk"]), default="stripe", show_default=True)
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="Base URL of the running API.")
+def send_test_command(provider: str, url: str) -> None:
+    import httpx
+
+    from app.core.errors import exit_on_settings_error
+    from app.core.settings import get_settings
+    from app.testing.deliveries import (
+        clerk_event,
+        random_id,
+        signed_clerk_delivery,
+        signed_stripe_delivery,
+        stripe_event,
+        stripe_subscription,
+    )
+
+    with exit_on_settings_error():
+        settings = get_settings()
+    if provider == "stripe":
+        if not settings.stripe_webhook_secrets:
+            raise click.ClickException("STRIPE_WEBHOOK_SECRET is not set: `make dev` generates one.")
+        event = stripe_event("customer.subscription.updated", stripe_subscription(random_id("cus")))
+        delivery = signed_stripe_delivery(event, settings.stripe_webhook_secrets[0])
+    else:
+        if not settings.clerk_webhook_signing_secret:
+            raise click.ClickException("CLERK_WEBHOOK_SIGNING_SECRET is not set: `make dev` generates one.")
+        delivery = signed_clerk_delivery(clerk_event("user.created"), settings.clerk_webhook_signing_secret)
+    try:
+        response = httpx.post(f"{url.rstrip('/')}/webhooks/{provider}", content=delivery.body, headers=delivery.headers)
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"Could not reach {url} ({exc}): is the API running (`make dev`)?") from None
+    click.echo(
+        f"Sent {provider} {delivery.event_type} event {delivery.event_id}: HTTP {response.status_code} {response.text}"
+    )
+    if response.status_code != 200:
+        raise SystemExit(1)
