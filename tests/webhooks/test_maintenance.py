@@ -1,0 +1,148 @@
+"""Recovery, set-aside alerts, retention and reopening, on real Postgres and Redis."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+
+from app.core.resources import Resources
+from app.core.settings import load_settings
+from app.webhooks import maintenance
+from app.webhooks.inbox import store_event
+from app.webhooks.jobs import deduplication_id
+from app.webhooks.maintenance import delete_old_processed, recover, reopen_abandoned
+from app.webhooks.models import WebhookEvent
+from tests.stubs.sentry_ingest import SentryIngestStub
+
+NOW = datetime.now(UTC)
+
+
+async def add_event(
+    resources: Resources,
+    event_id: str,
+    *,
+    age: timedelta = timedelta(0),
+    attempts: int = 0,
+    processed_age: timedelta | None = None,
+    abandoned: bool = False,
+) -> int:
+    body = f'{{"id": "{event_id}", "type": "invoice.paid"}}'
+    stored = await store_event(resources.db, "stripe", event_id, "invoice.paid", body)
+    async with resources.db.session() as session:
+        await session.execute(
+            text(
+                "UPDATE webhook_event SET received_at = :received, attempts = :attempts, last_error = :error, "
+                "processed_at = :processed, abandoned_at = :abandoned WHERE id = :id"
+            ),
+            {
+                "id": stored.row_id,
+                "received": NOW - age,
+                "attempts": attempts,
+                "error": "RuntimeError: Stripe is down" if attempts else None,
+                "processed": NOW - processed_age if processed_age is not None else None,
+                "abandoned": NOW if abandoned else None,
+            },
+        )
+        await session.commit()
+    return stored.row_id
+
+
+async def job_state(resources: Resources, row_id: int) -> str:
+    return await resources.queue.state(deduplication_id(row_id))
+
+
+async def test_recovery_requeues_only_stuck_pending_events(resources: Resources) -> None:
+    stuck = await add_event(resources, "evt_stuck", age=timedelta(minutes=20), attempts=3)
+    fresh = await add_event(resources, "evt_fresh", age=timedelta(minutes=1))
+    done = await add_event(resources, "evt_done", age=timedelta(hours=2), processed_age=timedelta(hours=1))
+    aside = await add_event(resources, "evt_aside", age=timedelta(hours=2), attempts=40, abandoned=True)
+
+    report = await recover(resources)
+    assert (report.requeued, report.already_queued, report.set_aside) == (1, 0, 0)
+    assert await job_state(resources, stuck) == "queued"
+    for row_id in (fresh, done, aside):
+        assert await job_state(resources, row_id) == "absent"
+
+    again = await recover(resources)  # its job still waits: not queued twice
+    assert (again.requeued, again.already_queued) == (0, 1)
+
+
+async def test_recovery_pages_through_a_large_backlog(resources: Resources, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(maintenance, "RECOVERY_PAGE_SIZE", 3)
+    rows = [await add_event(resources, f"evt_backlog_{i}", age=timedelta(minutes=30 + i)) for i in range(8)]
+    report = await recover(resources)
+    assert report.requeued == 8
+    assert {await job_state(resources, row_id) for row_id in rows} == {"queued"}
+
+
+async def test_exhausted_event_is_set_aside_with_exactly_one_alert(
+    settings_env: dict[str, str], sentry_enabled: SentryIngestStub
+) -> None:
+    from app.core.sentry import init_sentry
+
+    settings = load_settings({**settings_env, "SENTRY_DSN": sentry_enabled.dsn})
+    init_sentry(settings, "worker")
+    resources = Resources.open(settings)
+    try:
+        row_id = await add_event(resources, "evt_exhausted", age=timedelta(hours=2), attempts=33)
+        first = await recover(resources)
+        second = await recover(resources)
+        async with resources.db.session() as session:
+            row = await session.get(WebhookEvent, row_id)
+            assert row is not None and row.abandoned_at is not None
+    finally:
+        await resources.close()
+    assert (first.set_aside, second.set_aside, first.requeued) == (1, 0, 0)
+    import sentry_sdk
+
+    sentry_sdk.flush(timeout=5)
+    events = sentry_enabled.wait_for(lambda items: len(items) >= 1)
+    assert len(events) == 1
+    (alert,) = events
+    assert alert["level"] == "error"
+    assert "exception" not in alert
+    message = alert.get("logentry", {}).get("message") or alert.get("message", "")
+    for expected in ("stripe", "evt_exhausted", "invoice.paid", "33 attempts", "Stripe is down"):
+        assert expected in message
+
+
+async def test_retention_deletes_only_old_processed_events_in_batches(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(maintenance, "RETENTION_BATCH_SIZE", 2)
+    old = [
+        await add_event(resources, f"evt_old_{i}", age=timedelta(days=40), processed_age=timedelta(days=31))
+        for i in range(5)
+    ]
+    recent = await add_event(resources, "evt_recent", age=timedelta(days=2), processed_age=timedelta(days=1))
+    old_pending = await add_event(resources, "evt_old_pending", age=timedelta(days=60), attempts=2)
+    old_aside = await add_event(resources, "evt_old_aside", age=timedelta(days=60), attempts=33, abandoned=True)
+
+    statements: list[str] = []
+    original = maintenance.driver_connection
+
+    def counting(db: Any) -> Any:
+        statements.append("batch")
+        return original(db)
+
+    monkeypatch.setattr(maintenance, "driver_connection", counting)
+    assert await delete_old_processed(resources) == 5
+    assert len(statements) == 3  # batches of 2, 2 and 1: each its own short transaction
+    async with resources.db.session() as session:
+        left = set((await session.scalars(select(WebhookEvent.id))).all())
+    assert left == {recent, old_pending, old_aside}
+    assert not set(old) & left
+
+
+async def test_reopen_gives_set_aside_events_their_attempts_back(resources: Resources) -> None:
+    aside = await add_event(resources, "evt_reopen", age=timedelta(hours=3), attempts=33, abandoned=True)
+    assert await reopen_abandoned(resources) == [aside]
+    assert await reopen_abandoned(resources) == []
+    async with resources.db.session() as session:
+        row = await session.get(WebhookEvent, aside)
+        assert row is not None
+        assert (row.abandoned_at, row.attempts) == (None, 0)
+    assert await job_state(resources, aside) == "queued"

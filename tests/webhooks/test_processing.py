@@ -1,0 +1,154 @@
+"""One processing attempt: counted durably, errors survive the handler's rollback, one worker at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text
+
+from app.core.module import FeatureModule
+from app.core.resources import Resources
+from app.core.settings import Settings
+from app.queue.models import CronRun
+from app.webhooks.handlers import WebhookContext
+from app.webhooks.inbox import store_event
+from app.webhooks.models import WebhookEvent
+from app.webhooks.processing import process_event
+
+
+async def stored_row(resources: Resources, event_id: str = "evt_processing") -> int:
+    body = f'{{"id": "{event_id}", "type": "customer.subscription.updated"}}'
+    stored = await store_event(resources.db, "stripe", event_id, "customer.subscription.updated", body)
+    return stored.row_id
+
+
+async def load(resources: Resources, row_id: int) -> WebhookEvent:
+    async with resources.db.session() as session:
+        row = await session.get(WebhookEvent, row_id)
+        assert row is not None
+        return row
+
+
+@pytest.fixture
+async def make_resources(settings: Settings) -> Any:
+    opened: list[Resources] = []
+
+    def make(handler: Any) -> Resources:
+        module = FeatureModule(name="test-handlers", webhook_handlers={"stripe": handler})
+        resources = Resources.open(settings, modules=[module])
+        opened.append(resources)
+        return resources
+
+    yield make
+    for resources in opened:
+        await resources.close()
+
+
+async def test_success_marks_processed_and_counts_one_attempt(make_resources: Any) -> None:
+    calls: list[str] = []
+
+    async def handler(context: WebhookContext) -> None:
+        calls.append(context.event.event_id)
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    await process_event(resources, row_id)
+    row = await load(resources, row_id)
+    assert row.processed_at is not None
+    assert (row.attempts, row.last_error) == (1, None)
+    await process_event(resources, row_id)  # a processed event is skipped
+    assert calls == ["evt_processing"]
+    assert (await load(resources, row_id)).attempts == 1
+
+
+async def test_failure_keeps_attempt_and_error_but_rolls_back_the_handler_work(make_resources: Any) -> None:
+    async def handler(context: WebhookContext) -> None:
+        context.session.add(CronRun(name="written-by-failing-handler", slot=func.now()))
+        await context.session.flush()
+        raise RuntimeError("Stripe said no")
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Stripe said no"):
+            await process_event(resources, row_id)
+    row = await load(resources, row_id)
+    assert row.processed_at is None
+    assert row.attempts == 2
+    assert row.last_error == "RuntimeError: Stripe said no"
+    async with resources.db.session() as session:
+        assert await session.scalar(select(func.count()).select_from(CronRun)) == 0
+
+
+async def test_a_later_success_clears_the_last_error(make_resources: Any) -> None:
+    state = {"fail": True}
+
+    async def handler(context: WebhookContext) -> None:
+        if state["fail"]:
+            raise ValueError("temporary")
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    with pytest.raises(ValueError):
+        await process_event(resources, row_id)
+    state["fail"] = False
+    await process_event(resources, row_id)
+    row = await load(resources, row_id)
+    assert row.processed_at is not None and row.last_error is None and row.attempts == 2
+
+
+async def test_two_workers_never_process_one_event_at_the_same_time(make_resources: Any) -> None:
+    running = 0
+    overlaps = 0
+    calls = 0
+
+    async def handler(context: WebhookContext) -> None:
+        nonlocal running, overlaps, calls
+        calls += 1
+        running += 1
+        overlaps += running > 1
+        await asyncio.sleep(0.3)
+        running -= 1
+
+    first, second = make_resources(handler), make_resources(handler)  # two pools, like two workers
+    row_id = await stored_row(first)
+    await asyncio.gather(process_event(first, row_id), process_event(second, row_id), process_event(first, row_id))
+    assert (calls, overlaps) == (1, 0)
+    row = await load(first, row_id)
+    assert row.processed_at is not None and row.attempts == 1
+
+
+async def test_set_aside_event_is_not_processed(make_resources: Any) -> None:
+    calls: list[int] = []
+
+    async def handler(context: WebhookContext) -> None:
+        calls.append(context.event.id)
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    async with resources.db.session() as session:
+        await session.execute(text("UPDATE webhook_event SET abandoned_at = now() WHERE id = :id"), {"id": row_id})
+        await session.commit()
+    await process_event(resources, row_id)
+    assert calls == []
+    assert (await load(resources, row_id)).attempts == 0
+
+
+async def test_lock_is_released_after_a_failure(make_resources: Any) -> None:
+    async def failing(context: WebhookContext) -> None:
+        raise RuntimeError("boom")
+
+    resources = make_resources(failing)
+    row_id = await stored_row(resources)
+    with pytest.raises(RuntimeError):
+        await process_event(resources, row_id)
+    async with resources.db.session() as session:
+        held = await session.scalar(
+            text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+        )
+    assert held == 0
