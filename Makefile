@@ -26,7 +26,7 @@ dev: install  ## API and worker together, embedded Postgres and Redis when no UR
 	@HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m tools.dev
 
 api: install  ## the API only
-	@$(WITH_DEV_ENV) $(BIN)/uvicorn --factory app.asgi:create_app --host $(HOST) --port $(PORT)
+	@$(WITH_DEV_ENV) $(BIN)/uvicorn --factory app.asgi:create_app --host $(HOST) --port $(PORT) --no-proxy-headers
 
 worker: install  ## a worker for every queue, or QUEUES=a,b
 	@$(WITH_DEV_ENV) $(BIN)/python -m app.worker $(if $(QUEUES),--queues $(QUEUES))

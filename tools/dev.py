@@ -157,7 +157,8 @@ def _start_app(children: dict[str, subprocess.Popen[bytes]]) -> None:
     api = os.environ.get("DEV_API_CMD")
     worker = os.environ.get("DEV_WORKER_CMD")
     children["API"] = _spawn(shlex.split(api) if api else [
-        _venv_tool("uvicorn"), "--factory", "app.asgi:create_app", "--host", host, "--port", port])
+        _venv_tool("uvicorn"), "--factory", "app.asgi:create_app", "--host", host, "--port", port,
+        "--no-proxy-headers"])
     _say(f"API: http://{host}:{port}")
     children["Worker"] = _spawn(shlex.split(worker) if worker else [sys.executable, "-m", "app.worker"])
     _say("Worker: started")

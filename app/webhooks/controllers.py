@@ -32,6 +32,7 @@ class WebhookController(Controller):
             event = intake.verify(body, request.headers)
         except (SignatureError, PayloadError) as exc:
             raise ClientException(detail=str(exc)) from None
+        # uvicorn runs with --no-proxy-headers in every entry point: TRUSTED_PROXIES alone decides here.
         peer = request.client.host if request.client else None
         client = client_ip(peer, request.headers.get("x-forwarded-for"), state.trusted_proxies)
         decision = await intake.rate_limit(client)
