@@ -1,0 +1,99 @@
+"""Stripe events: each says only WHICH customer, dispute, refund or fraud warning changed.
+
+The state itself is read from the Stripe API under a row lock (see
+``services``): an event body may be old, repeated or out of order, the API's
+answer is current. The write commits with the event's ``processed_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from app.billing.jobs import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
+from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror
+from app.billing.stripe_gateway import stripe_gateway
+from app.queue.errors import PermanentError
+from app.webhooks.handlers import WebhookContext
+
+logger = logging.getLogger(__name__)
+
+
+def _object_link(context: WebhookContext, name: str) -> str:
+    """An id the event's ``data.object`` carries (itself for ``id``); an expanded link gives its ``id``."""
+    obj: Mapping[str, Any] = context.payload.get("data", {}).get("object") or {}
+    value = obj.get(name)
+    if isinstance(value, Mapping):
+        value = value.get("id")
+    if not isinstance(value, str) or not value:
+        raise PermanentError(
+            f"Stripe {context.event.type} event {context.event.event_id} has no data.object.{name}: "
+            "nothing says what changed."
+        )
+    return value
+
+
+def _after_sync(context: WebhookContext, result: BillingSync | None) -> None:
+    if result is not None and result.member_limit_changed:
+        context.queue_after_commit(
+            ApplyWorkspaceMemberLimitJob,
+            ApplyWorkspaceMemberLimitData(workspace_id=result.workspace_id),
+            # One job per event that changed the limit: never folded into a job that already read the old one.
+            deduplication_id=f"member-limit:{result.workspace_id}:{context.event.event_id}",
+        )
+
+
+async def _customer_changed(context: WebhookContext) -> None:
+    customer_id = _object_link(context, "customer")
+    gateway, free_limit = stripe_gateway(context.resources), context.resources.settings.free_plan_member_limit
+    _after_sync(context, await sync_customer(context.session, gateway, customer_id, free_limit))
+
+
+async def _checkout_completed(context: WebhookContext) -> None:
+    session_id = _object_link(context, "id")
+    gateway, free_limit = stripe_gateway(context.resources), context.resources.settings.free_plan_member_limit
+    _after_sync(context, await link_checkout(context.session, gateway, session_id, free_limit))
+
+
+async def _dispute_changed(context: WebhookContext) -> None:
+    await sync_mirror(context.session, stripe_gateway(context.resources), "dispute", _object_link(context, "id"))
+
+
+async def _refund_changed(context: WebhookContext) -> None:
+    await sync_mirror(context.session, stripe_gateway(context.resources), "refund", _object_link(context, "id"))
+
+
+async def _charge_refunded(context: WebhookContext) -> None:
+    """The event names the charge; its refunds (as Stripe lists them now) are each mirrored."""
+    gateway = stripe_gateway(context.resources)
+    for refund_id in await gateway.refund_ids_of_charge(_object_link(context, "id")):
+        await sync_mirror(context.session, gateway, "refund", refund_id)
+
+
+async def _fraud_warning_changed(context: WebhookContext) -> None:
+    warning_id = _object_link(context, "id")
+    await sync_mirror(context.session, stripe_gateway(context.resources), "early_fraud_warning", warning_id)
+
+
+# (exact type, or prefix ending in "."), handler: SPEC section 10's list, matched in order.
+_ROUTES: list[tuple[str, Callable[[WebhookContext], Awaitable[None]]]] = [
+    ("checkout.session.completed", _checkout_completed),
+    ("customer.subscription.", _customer_changed),
+    ("invoice.paid", _customer_changed),
+    ("invoice.payment_failed", _customer_changed),
+    ("charge.dispute.", _dispute_changed),
+    ("charge.refunded", _charge_refunded),
+    ("refund.", _refund_changed),
+    ("radar.early_fraud_warning.", _fraud_warning_changed),
+]
+
+
+async def handle_stripe_event(context: WebhookContext) -> None:
+    """Route one Stripe event to its sync, in the pipeline's transaction."""
+    event_type = context.event.type
+    for pattern, handler in _ROUTES:
+        if event_type == pattern or (pattern.endswith(".") and event_type.startswith(pattern)):
+            await handler(context)
+            return
+    logger.info("Stripe %s event %s: not a billing event, nothing to sync.", event_type, context.event.event_id)

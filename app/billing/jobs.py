@@ -1,0 +1,40 @@
+"""Billing's jobs: the member limit follows the seats a workspace pays for."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from app.identity.services import apply_member_limit
+from app.queue.job import Job
+from app.queue.queues import QueueName
+
+logger = logging.getLogger(__name__)
+
+
+class ApplyWorkspaceMemberLimitData(msgspec.Struct, frozen=True):
+    workspace_id: int
+
+
+class ApplyWorkspaceMemberLimitJob(Job[ApplyWorkspaceMemberLimitData]):
+    """Suspend the newest active members beyond the workspace's limit; lift suspensions, oldest first, as it grows.
+
+    Queued after a billing sync changed the limit. It reads the limit when it
+    runs (under the workspace's row lock), not from its data, so a late or
+    repeated run applies the current limit and a second run changes nothing.
+    """
+
+    queue = QueueName.BILLING
+
+    async def handle(self, data: ApplyWorkspaceMemberLimitData) -> None:
+        async with self.resources.db.session() as session:
+            result = await apply_member_limit(session, data.workspace_id)
+            await session.commit()
+        if result.changed:
+            logger.info(
+                "Workspace %s member limit applied: suspended members %s, restored members %s.",
+                data.workspace_id,
+                result.suspended,
+                result.restored,
+            )

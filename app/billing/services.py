@@ -1,0 +1,195 @@
+"""Billing state copied from Stripe: lock the row, read Stripe now, write what was read.
+
+The lock is taken before the read, so two syncs of one workspace (two workers,
+two events) run one after the other and the later one reads, and writes, the
+later state: the order events arrive in does not matter. The caller's
+transaction (the webhook pipeline's) commits the write and releases the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.billing.models import BillingDispute, BillingFraudWarning, BillingRefund, StripeMirrorColumns
+from app.billing.stripe_gateway import CustomerBilling, MirroredObject, MirrorKind, StripeGateway
+from app.identity.models import Workspace
+from app.queue.errors import PermanentError
+
+logger = logging.getLogger(__name__)
+
+# SPEC: the member limit follows the seats of a subscription in one of these states.
+CURRENT_STATUSES = frozenset({"active", "trialing", "past_due"})
+_MIRRORS: dict[MirrorKind, type[BillingDispute] | type[BillingRefund] | type[BillingFraudWarning]] = {
+    "dispute": BillingDispute,
+    "refund": BillingRefund,
+    "early_fraud_warning": BillingFraudWarning,
+}
+_MAX_BIGINT_DIGITS = 18
+
+
+@dataclass(frozen=True)
+class BillingSync:
+    workspace_id: int
+    previous_member_limit: int
+    member_limit: int
+
+    @property
+    def member_limit_changed(self) -> bool:
+        return self.previous_member_limit != self.member_limit
+
+
+def billing_columns(billing: CustomerBilling, free_plan_member_limit: int) -> dict[str, Any]:
+    """The workspace's billing columns for what Stripe says now.
+
+    The subscription shown is the newest current one, else the newest of any
+    state (so a cancellation stays visible); the member limit counts only a
+    current one's seats.
+    """
+    current = next((s for s in billing.subscriptions if s.status in CURRENT_STATUSES), None)
+    shown = current or next(iter(billing.subscriptions), None)
+    seats = current.quantity if current is not None else None
+    return {
+        "subscription_id": shown.id if shown else None,
+        "subscription_status": shown.status if shown else None,
+        "price_id": shown.price_id if shown else None,
+        "seat_quantity": shown.quantity if shown else None,
+        "current_period_end": shown.current_period_end if shown else None,
+        "cancel_at_period_end": shown.cancel_at_period_end if shown else False,
+        "member_limit": seats if seats is not None else free_plan_member_limit,
+    }
+
+
+async def _sync_locked(
+    session: AsyncSession, workspace: Workspace, gateway: StripeGateway, free_plan_member_limit: int
+) -> BillingSync:
+    assert workspace.stripe_customer_id is not None
+    billing = await gateway.customer_billing(workspace.stripe_customer_id)
+    previous = workspace.member_limit
+    for name, value in billing_columns(billing, free_plan_member_limit).items():
+        setattr(workspace, name, value)
+    workspace.billing_synced_at = datetime.now(UTC)
+    await session.flush()
+    return BillingSync(workspace.id, previous, workspace.member_limit)
+
+
+async def sync_customer(
+    session: AsyncSession, gateway: StripeGateway, customer_id: str, free_plan_member_limit: int
+) -> BillingSync | None:
+    """Copy the customer's current billing state onto its workspace, under the workspace's row lock."""
+    workspace = await session.scalar(
+        select(Workspace).where(Workspace.stripe_customer_id == customer_id).with_for_update()
+    )
+    if workspace is None:
+        logger.info("Stripe customer %s is linked to no workspace: nothing to sync.", customer_id)
+        return None
+    return await _sync_locked(session, workspace, gateway, free_plan_member_limit)
+
+
+async def _lock_referenced_workspace(session: AsyncSession, session_id: str, reference: str) -> Workspace:
+    """``client_reference_id`` is the workspace's primary key or its Clerk organization id."""
+    by_id = reference.isdigit() and len(reference) <= _MAX_BIGINT_DIGITS
+    condition = Workspace.id == int(reference) if by_id else Workspace.clerk_org_id == reference
+    workspace = await session.scalar(select(Workspace).where(condition).with_for_update())
+    if workspace is not None:
+        return workspace
+    if by_id:
+        raise PermanentError(
+            f"Checkout session {session_id} names workspace {reference} (client_reference_id), which does not exist: "
+            "start checkouts with a workspace id or a Clerk organization id."
+        )
+    # Retried: the organization's own Clerk event may not have been processed yet.
+    raise LookupError(
+        f"Checkout session {session_id} names Clerk organization {reference!r}, which has no workspace yet; "
+        "retried until its organization event is processed."
+    )
+
+
+async def _link_customer(session: AsyncSession, workspace: Workspace, customer_id: str, session_id: str) -> None:
+    if workspace.stripe_customer_id == customer_id:
+        return
+    holder = await session.scalar(select(Workspace.id).where(Workspace.stripe_customer_id == customer_id))
+    if holder is not None:
+        raise PermanentError(
+            f"Checkout session {session_id} links Stripe customer {customer_id} to workspace {workspace.id}, but the "
+            f"customer already belongs to workspace {holder}: unlink one of them by hand, then replay the event."
+        )
+    if workspace.stripe_customer_id is not None:
+        logger.warning(
+            "Workspace %s moves from Stripe customer %s to %s (checkout session %s).",
+            workspace.id,
+            workspace.stripe_customer_id,
+            customer_id,
+            session_id,
+        )
+    workspace.stripe_customer_id = customer_id
+
+
+async def link_checkout(
+    session: AsyncSession, gateway: StripeGateway, session_id: str, free_plan_member_limit: int
+) -> BillingSync | None:
+    """Link the session's customer to the workspace it names (read from Stripe), then sync that workspace."""
+    checkout = await gateway.checkout_session(session_id)
+    if checkout.customer_id is None:
+        logger.info("Checkout session %s has no customer: nothing to link or sync.", session_id)
+        return None
+    if checkout.client_reference_id is None:
+        return await sync_customer(session, gateway, checkout.customer_id, free_plan_member_limit)
+    workspace = await _lock_referenced_workspace(session, session_id, checkout.client_reference_id)
+    await _link_customer(session, workspace, checkout.customer_id, session_id)
+    return await _sync_locked(session, workspace, gateway, free_plan_member_limit)
+
+
+async def sync_mirror(session: AsyncSession, gateway: StripeGateway, kind: MirrorKind, stripe_id: str) -> None:
+    """Mirror a dispute, refund or fraud warning as Stripe has it now.
+
+    The row written is the one locked: it is inserted empty if new (``ON
+    CONFLICT`` makes a concurrent first sighting wait, then find it) and locked
+    before the read, so the later of two syncs writes the later state.
+    """
+    model = _MIRRORS[kind]
+    created = await session.scalar(
+        insert(model)
+        .values(stripe_id=stripe_id)
+        .on_conflict_do_nothing(index_elements=["stripe_id"])
+        .returning(model.id)
+    )
+    locked = await session.scalars(select(model).where(model.stripe_id == stripe_id).with_for_update())
+    row = cast(StripeMirrorColumns, locked.one())
+    obj = await gateway.mirrored(kind, stripe_id)
+    workspace_id = None
+    if obj.customer_id is not None:
+        workspace_id = await session.scalar(select(Workspace.id).where(Workspace.stripe_customer_id == obj.customer_id))
+    row.workspace_id = workspace_id
+    row.status, row.amount, row.currency, row.reason = obj.status, obj.amount, obj.currency, obj.reason
+    row.stripe_created_at, row.synced_at = obj.created_at, datetime.now(UTC)
+    await session.flush()
+    if created is not None and kind != "refund":
+        _warn_operator(obj, workspace_id)
+
+
+def _warn_operator(obj: MirroredObject, workspace_id: int | None) -> None:
+    """A new dispute or fraud warning costs money unless someone acts: say what, where and what to do."""
+    amount = f"{obj.amount} {obj.currency}" if obj.amount is not None else "unknown amount"
+    where = f"workspace {workspace_id}" if workspace_id is not None else "no workspace"
+    if obj.kind == "dispute":
+        action = "submit evidence in the Stripe dashboard before the deadline, or accept it"
+    else:
+        action = "review the charge in the Stripe dashboard; refunding it now avoids a dispute and its fee"
+    logger.warning(
+        "New Stripe %s %s for %s (%s, customer %s): status %s, reason %s. Action: %s.",
+        obj.kind.replace("_", " "),
+        obj.stripe_id,
+        amount,
+        where,
+        obj.customer_id or "unknown",
+        obj.status,
+        obj.reason,
+        action,
+    )

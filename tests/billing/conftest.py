@@ -1,0 +1,68 @@
+"""Billing tests: the real pipeline and the real Stripe client, against the Stripe stub over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from app import billing, identity
+from app.core.resources import Resources
+from app.core.settings import load_settings
+from app.identity.models import Workspace
+from app.testing import Delivery, signed_stripe_delivery, stripe_event, stripe_subscription
+from app.testing.fixtures import stripe_stub, stripe_stub_server
+from app.testing.stripe_stub import StripeStub
+from tests.factories import WorkspaceFactory, persist
+
+__all__ = ["stripe_stub", "stripe_stub_server"]
+
+OpenResources = Callable[..., Awaitable[Resources]]
+
+
+@pytest.fixture
+def billing_env(settings_env: dict[str, str], stripe_stub: StripeStub) -> dict[str, str]:
+    """Stripe calls go to the stub; queued jobs (the member limit) run inline after the commit."""
+    return {**settings_env, "STRIPE_API_BASE": stripe_stub.base_url, "MESSAGE_QUEUE_DRIVER": "sync"}
+
+
+@pytest.fixture
+async def open_resources(billing_env: dict[str, str]) -> AsyncIterator[OpenResources]:
+    """Resources of one process (an API or a worker) loading billing and identity; closed after the test."""
+    opened: list[Resources] = []
+
+    async def open_(**env: str) -> Resources:
+        settings = load_settings({**billing_env, **env})
+        opened.append(Resources.open(settings, modules=[billing.MODULE, identity.MODULE]))
+        return opened[-1]
+
+    yield open_
+    for resources in opened:
+        await resources.close()
+
+
+@pytest.fixture
+async def worker(open_resources: OpenResources) -> Resources:
+    return await open_resources()
+
+
+@pytest.fixture
+async def linked_workspace(worker: Resources, stripe_stub: StripeStub) -> Workspace:
+    """A workspace linked to Stripe customer ``cus_linked``, which the stub knows (without subscriptions)."""
+    stripe_stub.put_customer("cus_linked")
+    return await persist(worker.db, WorkspaceFactory.build(stripe_customer_id="cus_linked"))
+
+
+def subscription_delivery(
+    secret: str, customer: str, event_type: str = "customer.subscription.updated", **sub: Any
+) -> Delivery:
+    """A signed subscription event; its body is only a hint (which customer), never the state applied."""
+    return signed_stripe_delivery(stripe_event(event_type, stripe_subscription(customer, **sub)), secret)
+
+
+async def workspace_row(resources: Resources, workspace_id: int) -> Workspace:
+    async with resources.db.session() as session:
+        row = await session.get(Workspace, workspace_id)
+    assert row is not None
+    return row

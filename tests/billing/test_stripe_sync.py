@@ -1,0 +1,123 @@
+"""A workspace's billing state is Stripe's current state, whatever the events' order, concurrency or faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.core.resources import Resources
+from app.identity.models import Workspace
+from app.queue.errors import PermanentError
+from app.testing import process_delivery, read_inbox_row
+from app.testing.stripe_stub import StripeStub
+from tests.billing.conftest import OpenResources, subscription_delivery, workspace_row
+
+
+async def test_out_of_order_subscription_events_end_at_stripes_current_state(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    secret = webhook_secrets["stripe"]
+    events = []
+    for quantity in (2, 5, 8):  # the subscription's history; each change sends an event
+        stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=quantity)
+        events.append(subscription_delivery(secret, "cus_linked", id="sub_1", quantity=quantity))
+
+    for delivery, stripe_now in zip(reversed(events), (8, 4, 6), strict=True):  # newest first, oldest last
+        stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=stripe_now, price_id=f"price_{stripe_now}")
+        assert (await process_delivery(worker, delivery)).processed
+
+    row = await workspace_row(worker, linked_workspace.id)
+    assert (row.subscription_id, row.subscription_status, row.seat_quantity) == ("sub_1", "active", 6)
+    assert (row.member_limit, row.price_id) == (6, "price_6")
+
+
+async def _wait_for_seats(resources: Resources, workspace_id: int, seats: int) -> None:
+    for _ in range(200):
+        if (await workspace_row(resources, workspace_id)).seat_quantity == seats:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the first sync never committed {seats} seats")
+
+
+async def test_two_syncs_of_one_workspace_run_one_after_the_other(
+    open_resources: OpenResources,
+    stripe_stub: StripeStub,
+    linked_workspace: Workspace,
+    webhook_secrets: dict[str, str],
+) -> None:
+    """Two workers, two events of one customer: the second waits on the row lock, then reads the newer state."""
+    first, second = await open_resources(), await open_resources()
+    stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=2)
+    stripe_stub.slow("/v1/customers/cus_linked", seconds=0.5, times=2)  # each sync's first read takes 0.5 s
+    events = [subscription_delivery(webhook_secrets["stripe"], "cus_linked", id="sub_1") for _ in range(2)]
+
+    async def change_stripe_after_the_first_commit() -> None:
+        await _wait_for_seats(first, linked_workspace.id, 2)
+        stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=7)
+
+    started = time.monotonic()
+    await asyncio.gather(
+        process_delivery(first, events[0]),
+        process_delivery(second, events[1]),
+        change_stripe_after_the_first_commit(),
+    )
+    elapsed = time.monotonic() - started
+
+    # Without the lock both syncs would read at once: customer, customer, subscriptions, subscriptions.
+    reads = [path for _, path in stripe_stub.requests]
+    assert reads == ["/v1/customers/cus_linked", "/v1/subscriptions"] * 2
+    assert elapsed >= 1.0  # two 0.5 s reads, one after the other
+    row = await workspace_row(first, linked_workspace.id)
+    assert (row.seat_quantity, row.member_limit) == (7, 7)
+
+
+async def test_stripe_500_then_200_is_processed_after_a_retry(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    stripe_stub.put_subscription("cus_linked", quantity=4)
+    stripe_stub.fail("/v1/customers", status=500, times=1)
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+
+    with pytest.raises(RuntimeError, match="HTTP 500"):
+        await process_delivery(worker, delivery)
+    retried = await process_delivery(worker, delivery)
+
+    assert retried.processed and retried.attempts == 2 and retried.last_error is None
+    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
+
+
+async def test_stripe_404_for_the_customer_is_permanent_and_not_retried(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    stripe_stub.remove("customer", "cus_linked")
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+
+    with pytest.raises(PermanentError):
+        await process_delivery(worker, delivery)
+
+    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+    assert row is not None and not row.processed and row.attempts == 1
+    assert row.last_error is not None
+    assert row.last_error.startswith("PermanentError: Stripe answered reading customer cus_linked: No such customer")
+    assert "(HTTP 404: not retried)" in row.last_error
+
+
+async def test_stripe_timeout_is_retried(
+    open_resources: OpenResources,
+    stripe_stub: StripeStub,
+    linked_workspace: Workspace,
+    webhook_secrets: dict[str, str],
+) -> None:
+    worker = await open_resources(STRIPE_API_TIMEOUT_SECONDS="0.3")
+    stripe_stub.put_subscription("cus_linked", quantity=5)
+    stripe_stub.slow("/v1/subscriptions", seconds=1.0, times=1)
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+
+    with pytest.raises(ConnectionError, match=r"did not answer .* within 0.3s"):
+        await process_delivery(worker, delivery)
+    retried = await process_delivery(worker, delivery)
+
+    assert retried.processed and retried.attempts == 2
+    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 5
