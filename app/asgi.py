@@ -80,10 +80,11 @@ def build_app(settings: Settings, modules: list[FeatureModule] | None = None) ->
 
 
 def _cli_modules() -> list[FeatureModule]:
+    from app.worker.cli import CLI_MODULE as queue_cli
     from app.worker.modules import worker_modules
 
     seen: dict[str, FeatureModule] = {}
-    for module in [*api_modules(), *worker_modules()]:
+    for module in [*api_modules(), *worker_modules(), queue_cli]:
         seen.setdefault(module.name, module)
     return list(seen.values())
 

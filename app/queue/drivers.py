@@ -1,20 +1,61 @@
-"""Placeholder until the queue drivers land: the sync driver only."""
+"""Queue drivers: arq on Redis (production) and sync (runs the job inside ``add``; for tests).
+
+Everything written to Redis carries ``settings.redis_namespace``: the arq queue
+is ``<namespace><queue name>`` and a job id is ``<namespace><deduplication id>``
+(or a random id), so tests and several apps can share one Redis.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from arq.connections import ArqRedis
+from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.utils import timestamp_ms
+from redis.exceptions import RedisError
+
+from app.core.redis import FAST_TIMEOUT_SECONDS
+from app.queue.errors import QueueUnavailableError
+from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
 from app.queue.protocol import JobState, MessageQueue
+from app.queue.queues import QueueName
+from app.queue.retry import expires_after_seconds
+from app.queue.serialization import deserialize, serialize
 
 if TYPE_CHECKING:
     from app.core.resources import Resources
+    from app.core.settings import Settings
+
+logger = logging.getLogger("app.queue")
 
 
-class SyncQueue:
-    def __init__(self, resources: Resources) -> None:
-        self.resources = resources
+def queue_key(settings: Settings, queue: str) -> str:
+    return f"{settings.redis_namespace}{queue}"
+
+
+def make_arq_redis(url: str, *, timeout: float) -> ArqRedis:
+    """An arq pool whose every command gives up after ``timeout``: a hung Redis cannot hang us."""
+    redis = ArqRedis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False)
+    redis.job_serializer = serialize
+    redis.job_deserializer = deserialize
+    return redis
+
+
+def _redacted(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}"
+
+
+class ArqQueue:
+    def __init__(self, resources: Resources, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
+        self.settings = resources.settings
+        self.timeout = timeout
+        self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout)
 
     async def add(
         self,
@@ -26,18 +67,93 @@ class SyncQueue:
         deduplication_id: str | None = None,
     ) -> str | None:
         raw = job_cls.encode_data(data)
-        job_id = deduplication_id or "sync"
-        policy = job_cls.retry_policy(self.resources.settings)
-        context = JobContext(self.resources, job_id, 1, retry_limit or policy.retry_limit, job_cls.queue)
-        await job_cls(context).handle(job_cls.decode_data(raw))
+        policy = job_cls.retry_policy(self.settings)
+        limit = policy.retry_limit if retry_limit is None else retry_limit
+        defer = delay.total_seconds() if delay else 0.0
+        job_id = self.settings.redis_namespace + (deduplication_id or uuid.uuid4().hex)
+        enqueue = self.redis.enqueue_job(
+            job_cls.name(),
+            raw,
+            _job_id=job_id,
+            _queue_name=queue_key(self.settings, job_cls.queue),
+            _defer_by=defer or None,
+            _expires=expires_after_seconds(policy, limit, defer),
+            retry_limit=limit,
+        )
+        try:
+            job = await asyncio.wait_for(enqueue, self.timeout)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise QueueUnavailableError(
+                f"Could not queue {job_cls.name()}: Redis at {_redacted(self.settings.require_redis_url())} "
+                f"did not accept it within {self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'}). "
+                "The job was not queued; check that Redis is running and REDIS_URL points at it."
+            ) from exc
+        if job is None:
+            logger.debug("%s %s is already queued or running: not queued again.", job_cls.name(), job_id)
+            return None
         return job_id
 
     async def state(self, deduplication_id: str) -> JobState:
-        return "absent"
+        job_id = self.settings.redis_namespace + deduplication_id
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(in_progress_key_prefix + job_id)
+            pipe.exists(job_key_prefix + job_id)
+            for queue in QueueName:
+                pipe.zscore(queue_key(self.settings, queue), job_id)
+            running, waiting, *scores = await asyncio.wait_for(pipe.execute(), self.timeout)
+        if running:
+            return "in_progress"
+        if not waiting:
+            return "absent"
+        score = next((s for s in scores if s is not None), None)
+        return "deferred" if score is not None and score > timestamp_ms() else "queued"
+
+    async def close(self) -> None:
+        await self.redis.aclose(close_connection_pool=True)
+
+
+class SyncQueue:
+    """Runs the job inside ``add`` with the same JSON round trip and validation as the worker.
+
+    A failure is raised to the caller (once: no retries inline), so a test sees it.
+    """
+
+    def __init__(self, resources: Resources) -> None:
+        self.resources = resources
+        self._running: set[str] = set()
+
+    async def add(
+        self,
+        job_cls: type[Job[Any]],
+        data: Any,
+        *,
+        retry_limit: int | None = None,
+        delay: timedelta | None = None,
+        deduplication_id: str | None = None,
+    ) -> str | None:
+        envelope = deserialize(serialize({"a": [job_cls.encode_data(data)]}))
+        job_id = self.resources.settings.redis_namespace + (deduplication_id or uuid.uuid4().hex)
+        if job_id in self._running:
+            return None
+        policy = job_cls.retry_policy(self.resources.settings)
+        limit = policy.retry_limit if retry_limit is None else retry_limit
+        context = JobContext(self.resources, job_id, 1, limit, job_cls.queue)
+        self._running.add(job_id)
+        try:
+            await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
+        finally:
+            self._running.discard(job_id)
+        return job_id
+
+    async def state(self, deduplication_id: str) -> JobState:
+        job_id = self.resources.settings.redis_namespace + deduplication_id
+        return "in_progress" if job_id in self._running else "absent"
 
     async def close(self) -> None:
         return None
 
 
 def create_message_queue(resources: Resources) -> MessageQueue:
-    return SyncQueue(resources)
+    if resources.settings.message_queue_driver == "sync":
+        return SyncQueue(resources)
+    return ArqQueue(resources)

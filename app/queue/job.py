@@ -101,10 +101,24 @@ class CronTick(msgspec.Struct, frozen=True):
 
 
 class CronJob(Job[CronTick]):
-    """A job run on a 5-field cron pattern read in UTC: set ``pattern``, or override ``schedule``."""
+    """A job run on a 5-field cron pattern read in UTC: set ``pattern``, or override ``schedule``.
+
+    A pattern set on the class is checked when the class is defined (at import), so
+    a typo fails the worker's start, not the first tick. A ``schedule`` that reads
+    settings is checked when the worker starts.
+    """
 
     queue: ClassVar[QueueName] = QueueName.CRON
     pattern: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from app.core.settings import check_cron_pattern
+
+        if "pattern" in cls.__dict__:
+            check_cron_pattern(f"{cls.__name__}.pattern", cls.pattern)
+        elif not hasattr(cls, "pattern") and cls.schedule.__func__ is CronJob.schedule.__func__:  # type: ignore[attr-defined]
+            raise TypeError(f'{cls.__name__} must set `pattern = "<5-field cron>"` or override `schedule()`.')
 
     @classmethod
     def schedule(cls, settings: Settings) -> str:

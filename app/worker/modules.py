@@ -6,4 +6,7 @@ from app.core.module import FeatureModule
 
 
 def worker_modules() -> list[FeatureModule]:
-    return []
+    from app import billing, clients, identity
+    from app.webhooks.module import MODULE as webhooks
+
+    return [webhooks, clients.MODULE, billing.MODULE, identity.MODULE]

@@ -1,0 +1,29 @@
+"""The tiny email port the worked example sends through; swap the default for a real provider."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+logger = logging.getLogger("app.clients.email")
+
+
+@dataclass(frozen=True)
+class EmailMessage:
+    to: tuple[str, ...]
+    subject: str
+    body: str
+
+
+class EmailSender(Protocol):
+    async def send(self, message: EmailMessage) -> None:
+        """Deliver or raise: a raised error means not sent (the job retries it)."""
+        ...
+
+
+class LoggingEmailSender:
+    """The default: writes the email to the log instead of sending it (development, tests)."""
+
+    async def send(self, message: EmailMessage) -> None:
+        logger.info("Email to %s: %s", ", ".join(message.to), message.subject, extra={"email_subject": message.subject})

@@ -1,0 +1,171 @@
+"""Cron ticks: croniter in UTC, one durable ``cron_run`` row per tick, Sentry check-ins.
+
+Exactly one run per tick across any number of workers: every worker's scheduler
+queues the latest due tick under the job id ``cron:<Name>:<slot>`` (the queue
+drops duplicates while one waits or runs), and the run itself claims the
+``(name, slot)`` row: a tick already finished is skipped, and a row locked by a
+live run elsewhere is left to it. A failed try records ``error``; the final one
+also sets ``finished_at`` so later duplicates skip it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from croniter import croniter
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+
+from app.core.settings import check_cron_pattern
+from app.queue.job import CronJob, CronTick
+from app.queue.models import CronRun
+
+if TYPE_CHECKING:
+    from app.core.resources import Resources
+    from app.core.settings import Settings
+
+logger = logging.getLogger("app.queue.crons")
+ERROR_TEXT_LIMIT = 2000
+
+
+def cron_pattern(cron_cls: type[CronJob], settings: Settings) -> str:
+    """The class's pattern, checked again: ``schedule()`` may build it from settings."""
+    return check_cron_pattern(f"{cron_cls.name()} schedule", cron_cls.schedule(settings))
+
+
+def latest_tick(pattern: str, now: datetime) -> datetime:
+    """The latest tick at or before ``now`` (croniter's ``get_prev`` skips a tick equal to its start)."""
+    after_this_minute = now.astimezone(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    return croniter(pattern, after_this_minute).get_prev(datetime)
+
+
+def next_tick(pattern: str, now: datetime) -> datetime:
+    return croniter(pattern, now.astimezone(UTC)).get_next(datetime)
+
+
+def cron_job_id(name: str, slot: datetime) -> str:
+    return f"cron:{name}:{slot.astimezone(UTC).isoformat()}"
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class FileClock:
+    """For tests only: the time is the ISO timestamp written in a file, so a test moves it at will."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def now(self) -> datetime:
+        try:
+            value = datetime.fromisoformat(self.path.read_text().strip())
+        except (OSError, ValueError):
+            return datetime.now(UTC)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def last_slots(resources: Resources, names: list[str]) -> dict[str, datetime]:
+    """The latest tick each cron has run (or tried), by name."""
+    async with resources.db.session() as session:
+        rows = await session.execute(
+            select(CronRun.name, func.max(CronRun.slot)).where(CronRun.name.in_(names)).group_by(CronRun.name)
+        )
+        return {name: slot for name, slot in rows.all()}
+
+
+async def run_cron_tick(
+    resources: Resources,
+    cron_cls: type[CronJob],
+    tick: CronTick,
+    body: Callable[[], Awaitable[None]],
+    is_final: Callable[[BaseException], bool],
+) -> None:
+    """Run ``body`` for one tick unless that tick already finished or runs elsewhere."""
+    name = cron_cls.name()
+    async with resources.db.session() as session:
+        stmt = insert(CronRun).values(name=name, slot=tick.slot).on_conflict_do_nothing()
+        await session.execute(stmt)
+        await session.commit()
+    failure: Exception | None = None
+    # The row lock, held in this session while the body runs, is the live run's
+    # claim: if this process dies, Postgres drops it and the tick is free again.
+    async with resources.db.session() as lock, lock.begin():
+        row = (
+            await lock.execute(
+                select(CronRun.id, CronRun.finished_at)
+                .where(CronRun.name == name, CronRun.slot == tick.slot)
+                .with_for_update(skip_locked=True)
+            )
+        ).first()
+        if row is None:
+            logger.info("Cron %s tick %s is running on another worker: skipped here.", name, tick.slot)
+            return
+        if row.finished_at is not None:
+            logger.info("Cron %s tick %s already ran (finished %s): skipped.", name, tick.slot, row.finished_at)
+            return
+        checkin = _CheckIn(resources.settings, cron_cls)
+        try:
+            await body()
+        except Exception as exc:
+            failure = exc
+            final = is_final(exc)
+            values: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]}
+            if final:
+                values["finished_at"] = func.now()
+            await lock.execute(update(CronRun).where(CronRun.id == row.id).values(**values))
+        else:
+            await lock.execute(update(CronRun).where(CronRun.id == row.id).values(finished_at=func.now(), error=None))
+    checkin.finish(ok=failure is None)
+    if failure is not None:
+        raise failure
+
+
+class _CheckIn:
+    """Sentry cron check-ins (in progress, then ok or error) under the class name, when Sentry is on."""
+
+    def __init__(self, settings: Settings, cron_cls: type[CronJob]) -> None:
+        self.enabled = bool(settings.sentry_dsn)
+        self.slug = cron_cls.name()
+        self.started = time.monotonic()
+        self.check_in_id: str | None = None
+        if not self.enabled:
+            return
+        policy = cron_cls.retry_policy(settings)
+        self.config: dict[str, Any] = {
+            "schedule": {"type": "crontab", "value": cron_cls.schedule(settings)},
+            "timezone": "UTC",
+            "checkin_margin": 5,
+            "max_runtime": max(1, math.ceil(policy.timeout_seconds / 60)),
+        }
+        self.check_in_id = self._send("in_progress")
+
+    def finish(self, *, ok: bool) -> None:
+        if self.enabled:
+            self._send("ok" if ok else "error", duration=time.monotonic() - self.started)
+
+    def _send(self, status: str, duration: float | None = None) -> str | None:
+        try:
+            from sentry_sdk.crons import capture_checkin
+
+            return capture_checkin(
+                monitor_slug=self.slug,
+                check_in_id=self.check_in_id,
+                status=status,
+                duration=duration,
+                monitor_config=self.config,  # type: ignore[arg-type]
+            )
+        except Exception:  # a check-in that cannot be sent never fails the cron
+            logger.warning("Could not send a Sentry check-in for cron %s", self.slug, exc_info=True)
+            return None

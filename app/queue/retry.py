@@ -1,0 +1,40 @@
+"""The one retry policy: exponential backoff with +-20% jitter, capped per job class."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from app.queue.errors import RetryLater
+from app.queue.job import RetryPolicy
+
+JITTER = 0.2
+# A 429's Retry-After is honoured, but a remote side asking for days is not.
+MAX_RETRY_LATER_SECONDS = 24 * 3600.0
+
+
+def backoff_seconds(
+    policy: RetryPolicy, attempt: int, *, uniform: Callable[[float, float], float] = random.uniform
+) -> float:
+    """Delay before the try after ``attempt`` (1-based): base, 2x base, 4x base... +-20%, never over the cap."""
+    exponent = max(attempt - 1, 0)
+    # Cap before multiplying out so a large attempt number cannot overflow.
+    raw = policy.backoff_base_seconds * 2.0 ** min(exponent, 64)
+    return min(policy.backoff_cap_seconds, raw * uniform(1 - JITTER, 1 + JITTER))
+
+
+def retry_delay(policy: RetryPolicy, attempt: int, exc: BaseException) -> float:
+    if isinstance(exc, RetryLater):
+        return min(max(exc.after_seconds, 0.0), MAX_RETRY_LATER_SECONDS)
+    return backoff_seconds(policy, attempt)
+
+
+def expires_after_seconds(policy: RetryPolicy, retry_limit: int, delay_seconds: float) -> float:
+    """How long the queued job must live in Redis to survive every retry (arq does not refresh it)."""
+    budget = delay_seconds + 24 * 3600.0
+    for attempt in range(1, retry_limit + 1):
+        budget += min(policy.backoff_cap_seconds, policy.backoff_base_seconds * 2.0 ** min(attempt - 1, 64)) * (
+            1 + JITTER
+        )
+        budget += policy.timeout_seconds
+    return budget

@@ -1,0 +1,140 @@
+"""One ``arq.Worker`` per queue, wired to our job layer.
+
+arq handles one queue per Worker, pickles by default, retries nothing but
+``Retry``, keeps results for an hour and logs every job twice over ours; this
+module builds Workers that use JSON, keep no result (a finished job's
+deduplication id is free at once), leave retries to ``run_attempt``, and turn a
+job of a module that is not loaded into one clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import structlog
+from arq.worker import Function, Worker, func
+
+from app.core.sentry import report_exception
+from app.queue.drivers import make_arq_redis, queue_key
+from app.queue.errors import UnknownJobError
+from app.queue.execution import run_attempt
+from app.queue.job import Job, JobContext
+from app.queue.registry import JobRegistry
+from app.queue.serialization import deserialize, serialize
+
+if TYPE_CHECKING:
+    from app.core.resources import Resources
+
+logger = logging.getLogger("app.worker")
+
+# Our own timeout (Job.retry_policy().timeout_seconds) ends a try as a retried
+# error; arq's, a little later, is only the backstop for a job that ignores
+# cancellation. The in-progress key lives arq's timeout + 10 s: that bounds how
+# long a SIGKILLed worker's job waits before another worker runs it again.
+ARQ_TIMEOUT_MARGIN_SECONDS = 2
+ARQ_IN_PROGRESS_EXTRA_SECONDS = 10
+# Tries are limited per job (the retry_limit travelling with it), not by arq.
+ARQ_MAX_TRIES = 1_000_000
+WORKER_REDIS_TIMEOUT_SECONDS = 5.0
+HEALTH_CHECK_INTERVAL_SECONDS = 60
+
+
+def arq_function(job_cls: type[Job[Any]], resources: Resources) -> Function:
+    policy = job_cls.retry_policy(resources.settings)
+
+    async def run(ctx: dict[str, Any], raw: Any, retry_limit: int | None = None) -> None:
+        limit = policy.retry_limit if retry_limit is None else retry_limit
+        context = JobContext(resources, ctx["job_id"], ctx["job_try"], limit, job_cls.queue)
+        await run_attempt(context, job_cls, raw)
+
+    run.__qualname__ = job_cls.name()
+    return func(
+        run,
+        name=job_cls.name(),
+        keep_result=0,
+        timeout=policy.timeout_seconds + ARQ_TIMEOUT_MARGIN_SECONDS,
+        max_tries=ARQ_MAX_TRIES,
+    )
+
+
+def rerun_after_kill_seconds(job_cls: type[Job[Any]], resources: Resources) -> int:
+    """Upper bound of how long a job of a SIGKILLed worker waits before it runs again (plus one poll)."""
+    timeout = job_cls.retry_policy(resources.settings).timeout_seconds
+    return timeout + ARQ_TIMEOUT_MARGIN_SECONDS + ARQ_IN_PROGRESS_EXTRA_SECONDS
+
+
+def _unknown_job(name: str, queue: str) -> Function:
+    async def refuse(ctx: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        with structlog.contextvars.bound_contextvars(
+            job_name=name, job_id=ctx["job_id"], queue=queue, attempt=ctx["job_try"]
+        ):
+            exc = UnknownJobError(
+                f"Job {name} (id {ctx['job_id']}) was queued on {queue}, but no module this worker loads "
+                f"defines it: its module is not listed in app/worker/modules.py (worker_modules()). "
+                "The job was dropped: list the module there, restart the workers and queue it again."
+            )
+            logger.error("%s", exc)
+            report_exception(exc, tags={"job_name": name, "queue": queue}, fingerprint=["unknown-job", name])
+            raise exc
+
+    return func(refuse, name=name, keep_result=0, max_tries=ARQ_MAX_TRIES)
+
+
+class _Functions(dict[str, Any]):
+    """arq looks a job's function up by name here: an unknown name gets the refusing function."""
+
+    def __init__(self, functions: dict[str, Any], queue: str) -> None:
+        super().__init__(functions)
+        self.queue = queue
+
+    def __missing__(self, name: str) -> Function:
+        return _unknown_job(name, self.queue)
+
+
+class _QuietArqLines(logging.Filter):
+    """Drop arq's own per-job failure line: ours (with context, traceback and Sentry report) replaces it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("%6.2fs ! %s failed"))
+
+
+def quiet_arq_logs() -> None:
+    arq_logger = logging.getLogger("arq.worker")
+    # arq's start/end/retry lines (INFO) repeat ours without the job context.
+    arq_logger.setLevel(max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
+    if not any(isinstance(f, _QuietArqLines) for f in arq_logger.filters):
+        arq_logger.addFilter(_QuietArqLines())
+
+
+def build_arq_worker(
+    queue: str,
+    registry: JobRegistry,
+    resources: Resources,
+    *,
+    burst: bool,
+    on_startup: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+) -> Worker:
+    """Must run inside the event loop (arq binds the running loop at construction)."""
+    settings = resources.settings
+    functions = [arq_function(job_cls, resources) for job_cls in registry.jobs_on(queue)]
+    worker = Worker(
+        functions,
+        queue_name=queue_key(settings, queue),
+        redis_pool=make_arq_redis(settings.require_redis_url(), timeout=WORKER_REDIS_TIMEOUT_SECONDS),
+        burst=burst,
+        handle_signals=False,
+        max_jobs=settings.worker_max_jobs,
+        keep_result=0,
+        poll_delay=settings.worker_poll_delay_seconds,
+        max_tries=ARQ_MAX_TRIES,
+        health_check_interval=HEALTH_CHECK_INTERVAL_SECONDS,
+        ctx={"resources": resources},
+        job_serializer=serialize,
+        job_deserializer=deserialize,
+        on_startup=cast(Any, on_startup),
+        log_results=False,
+    )
+    worker.functions = _Functions(worker.functions, queue)
+    return worker

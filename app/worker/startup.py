@@ -1,0 +1,88 @@
+"""What the worker says at start: what it loaded, and what is wrong around it."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from arq.constants import job_key_prefix
+
+from app.queue.crons import cron_pattern
+from app.queue.drivers import queue_key
+from app.queue.job import CronJob
+from app.queue.queues import QueueName
+from app.queue.registry import JobRegistry
+from app.queue.serialization import deserialize
+from app.worker.arq_worker import rerun_after_kill_seconds
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from app.core.resources import Resources
+    from app.core.settings import Settings
+
+logger = logging.getLogger("app.worker")
+
+
+def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJob]], resources: Resources) -> None:
+    settings = resources.settings
+    logger.info("Worker loaded modules: %s.", ", ".join(module.name for module in registry.modules) or "none")
+    for queue in queues:
+        jobs = registry.jobs_on(queue)
+        bound = max(rerun_after_kill_seconds(job_cls, resources) for job_cls in jobs)
+        logger.info(
+            "Queue %s: jobs %s (a killed worker's job runs again within %d s).",
+            queue,
+            ", ".join(job_cls.name() for job_cls in jobs),
+            bound,
+        )
+    for cron in crons:
+        logger.info("Cron %s scheduled: %s (UTC).", cron.name(), cron_pattern(cron, settings))
+    logger.info(
+        "Worker serving %s (max %d jobs at a time per queue, poll every %g s, shutdown grace %d s).",
+        ", ".join(queues),
+        settings.worker_max_jobs,
+        settings.worker_poll_delay_seconds,
+        settings.worker_shutdown_grace_seconds,
+    )
+
+
+async def check_redis_policy(redis: Redis) -> None:
+    try:
+        info: dict[str, Any] = await redis.info("memory")
+    except Exception as exc:
+        logger.warning("Could not read Redis' maxmemory-policy (%s): make sure it is noeviction.", exc)
+        return
+    policy = info.get("maxmemory_policy", "?")
+    if policy != "noeviction":
+        logger.warning(
+            "REDIS MAXMEMORY-POLICY IS %r, NOT 'noeviction': under memory pressure Redis will silently "
+            "delete queued jobs. Set `maxmemory-policy noeviction` in redis.conf (or CONFIG SET "
+            "maxmemory-policy noeviction) on the queue's Redis.",
+            policy,
+        )
+
+
+async def report_unserved_queues(redis: Redis, settings: Settings, served: list[str]) -> None:
+    """Jobs waiting on a queue no loaded module uses: their module is not listed, so nothing runs them."""
+    for queue in QueueName:
+        if queue in served:
+            continue
+        key = queue_key(settings, queue)
+        waiting = await redis.zcard(key)
+        if not waiting:
+            continue
+        names: set[str] = set()
+        for job_id in await redis.zrange(key, 0, 9):
+            raw = await redis.get(job_key_prefix + job_id.decode())
+            try:
+                names.add(str(deserialize(raw)["f"])) if raw else None
+            except Exception:
+                names.add("<unreadable>")
+        logger.error(
+            "%d job(s) wait on %s (%s), but no module this worker loads uses that queue: their module is "
+            "not listed in app/worker/modules.py, so no worker runs them. List the module there.",
+            waiting,
+            queue,
+            ", ".join(sorted(names)) or "?",
+        )
