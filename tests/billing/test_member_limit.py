@@ -1,0 +1,77 @@
+"""The member limit follows the seats: the newest members lose their seats first and get them back last."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from app.billing import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
+from app.core.resources import Resources
+from app.identity.models import Workspace, WorkspaceMember
+from app.testing import process_delivery
+from app.testing.stripe_stub import StripeStub
+from tests.billing.conftest import subscription_delivery
+from tests.factories import AppUserFactory, WorkspaceMemberFactory, persist
+
+
+async def _members_by_join_order(resources: Resources, workspace: Workspace, count: int) -> list[int]:
+    """``count`` active members who joined a minute apart, plus one who left (never counted)."""
+    joined = datetime(2025, 1, 1, tzinfo=UTC)
+    ids = []
+    for position in range(count + 1):
+        user = await persist(resources.db, AppUserFactory.build())
+        member = WorkspaceMemberFactory.build(
+            workspace_id=workspace.id,
+            user_id=user.id,
+            created_at=joined + timedelta(minutes=position),
+            deleted_at=joined + timedelta(days=1) if position == 1 else None,
+        )
+        ids.append((await persist(resources.db, member)).id)
+    return [member_id for position, member_id in enumerate(ids) if position != 1]
+
+
+async def _suspensions(resources: Resources, workspace: Workspace) -> dict[int, datetime | None]:
+    async with resources.db.session() as session:
+        members = await session.scalars(
+            select(WorkspaceMember).where(WorkspaceMember.workspace_id == workspace.id).order_by(WorkspaceMember.id)
+        )
+        return {member.id: member.suspended_at for member in members if member.deleted_at is None}
+
+
+async def _seats_become(
+    resources: Resources, stripe_stub: StripeStub, secret: str, quantity: int
+) -> dict[int, datetime | None]:
+    stripe_stub.put_subscription("cus_linked", id="sub_seats", quantity=quantity)
+    await process_delivery(resources, subscription_delivery(secret, "cus_linked", id="sub_seats"))
+    async with resources.db.session() as session:
+        workspace = (await session.scalars(select(Workspace))).one()
+    return await _suspensions(resources, workspace)
+
+
+async def test_lowering_then_raising_seats_suspends_newest_then_restores_oldest_first(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    secret = webhook_secrets["stripe"]
+    first, second, third, fourth, fifth = await _members_by_join_order(worker, linked_workspace, 5)
+    assert all(at is None for at in (await _seats_become(worker, stripe_stub, secret, 5)).values())
+
+    lowered = await _seats_become(worker, stripe_stub, secret, 2)
+    assert [m for m, at in lowered.items() if at is not None] == [third, fourth, fifth]
+
+    raised = await _seats_become(worker, stripe_stub, secret, 4)
+    assert [m for m, at in raised.items() if at is None] == [first, second, third, fourth]
+    assert raised[fifth] == lowered[fifth]  # still suspended, since the first suspension
+
+
+async def test_running_the_job_twice_changes_nothing(worker: Resources, linked_workspace: Workspace) -> None:
+    await _members_by_join_order(worker, linked_workspace, 5)
+    data = ApplyWorkspaceMemberLimitData(workspace_id=linked_workspace.id)  # the workspace's limit is 3
+
+    await worker.queue.add(ApplyWorkspaceMemberLimitJob, data)
+    once = await _suspensions(worker, linked_workspace)
+    await worker.queue.add(ApplyWorkspaceMemberLimitJob, data)
+    twice = await _suspensions(worker, linked_workspace)
+
+    assert sum(at is not None for at in once.values()) == 2
+    assert twice == once
