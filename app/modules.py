@@ -6,7 +6,7 @@ from app.core.module import FeatureModule
 
 
 def api_modules() -> list[FeatureModule]:
-    from app import system
+    from app import billing, identity, system
     from app.webhooks.module import MODULE as webhooks
 
-    return [system.MODULE, webhooks]
+    return [system.MODULE, webhooks, billing.MODULE, identity.MODULE]
