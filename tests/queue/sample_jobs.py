@@ -71,6 +71,20 @@ class RecordJob(Job[RecordData]):
             await session.commit()
 
 
+class NoopData(msgspec.Struct, frozen=True):
+    n: int
+
+
+class NoopJob(Job[NoopData]):
+    """Does nothing: the drain benchmark measures the queue's own cost per job."""
+
+    queue = QueueName.DEFAULT
+    timeout_seconds = 3
+
+    async def handle(self, data: NoopData) -> None:
+        return None
+
+
 class UnlistedJob(Job[RecordData]):
     """Defined, but in no module the worker loads."""
 
@@ -94,4 +108,4 @@ class EveryMinuteCronJob(CronJob):
             await session.commit()
 
 
-MODULE = FeatureModule(name="queue-tests", jobs=[RecordJob], crons=[EveryMinuteCronJob])
+MODULE = FeatureModule(name="queue-tests", jobs=[RecordJob, NoopJob], crons=[EveryMinuteCronJob])
