@@ -36,11 +36,12 @@ def _required(data: Mapping[str, Any], name: str, event_type: str) -> Any:
     return value
 
 
-def _change(data: Mapping[str, Any], event_type: str, fields: dict[str, Any]) -> ClerkChange:
+def _change(data: Mapping[str, Any], event_type: str, fields: dict[str, Any], **insert_only: Any) -> ClerkChange:
+    """``created_at`` is Clerk's, so members keep their join order whatever order their events came in."""
     if data.get("created_at") is not None:
         fields["created_at"] = clerk_time(data["created_at"])
-    updated_at = clerk_time(_required(data, "updated_at", event_type))
-    return ClerkChange(key=str(_required(data, "id", event_type)), updated_at=updated_at, fields=fields)
+    key, updated_at = str(_required(data, "id", event_type)), clerk_time(_required(data, "updated_at", event_type))
+    return ClerkChange(key=key, updated_at=updated_at, fields=fields, insert_only=insert_only)
 
 
 def _deletion(context: WebhookContext, **insert_only: Any) -> ClerkDeletion:
@@ -73,12 +74,8 @@ async def _organization(context: WebhookContext, action: str) -> None:
     if action == "deleted":
         await apply_deletion(context.session, Workspace, _deletion(context, **new_workspace))
         return
-    change = _change(data, context.event.type, {"name": data.get("name"), "slug": data.get("slug")})
-    await apply_change(
-        context.session,
-        Workspace,
-        ClerkChange(change.key, change.updated_at, change.fields, insert_only=new_workspace),
-    )
+    fields = {"name": data.get("name"), "slug": data.get("slug")}
+    await apply_change(context.session, Workspace, _change(data, context.event.type, fields, **new_workspace))
 
 
 async def _membership(context: WebhookContext, action: str) -> None:
@@ -108,15 +105,21 @@ async def _membership(context: WebhookContext, action: str) -> None:
     else:
         change = _change(data, event_type, {"role": data.get("role"), **links})
         await apply_change(session, WorkspaceMember, change)
-    if context.resources.settings.stripe_enabled:  # member limits are a billing concept
-        result = await apply_member_limit(session, workspace_id)
-        if result.changed:
-            logger.info(
-                "Workspace %s: seats reassigned after a membership change (suspended %s, restored %s).",
-                workspace_id,
-                result.suspended,
-                result.restored,
-            )
+    await _reassign_seats(context, workspace_id)
+
+
+async def _reassign_seats(context: WebhookContext, workspace_id: int) -> None:
+    """A member joining a full workspace is suspended at once; one leaving frees a seat for the oldest suspended."""
+    if not context.resources.settings.stripe_enabled:  # member limits are a billing concept
+        return
+    result = await apply_member_limit(context.session, workspace_id)
+    if result.changed:
+        logger.info(
+            "Workspace %s: seats reassigned after a membership change (suspended %s, restored %s).",
+            workspace_id,
+            result.suspended,
+            result.restored,
+        )
 
 
 _HANDLERS: dict[str, Callable[[WebhookContext, str], Awaitable[None]]] = {
