@@ -11,9 +11,13 @@ from app import billing, identity
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.identity.models import Workspace
+from app.queue.execution import run_attempt
+from app.queue.job import JobContext
 from app.testing import Delivery, signed_stripe_delivery, stripe_event, stripe_subscription
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
+from app.webhooks.inbox import store_event
+from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
 from tests.factories import WorkspaceFactory, persist
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
@@ -66,3 +70,20 @@ async def workspace_row(resources: Resources, workspace_id: int) -> Workspace:
         row = await session.get(Workspace, workspace_id)
     assert row is not None
     return row
+
+
+async def worker_try(resources: Resources, delivery: Delivery, attempt: int) -> Exception | None:
+    """One try of the event's processing job, run as the arq worker runs it (retries allowed).
+
+    Returns None when it succeeded, else what the try raised: ``arq.Retry`` means
+    the worker runs it again after a backoff; anything else is final.
+    """
+    stored = await store_event(resources.db, "stripe", delivery.event_id, delivery.event_type, delivery.body.decode())
+    job = ProcessWebhookEventJob
+    retry_limit = job.retry_policy(resources.settings).retry_limit
+    context = JobContext(resources, deduplication_id(stored.row_id), attempt, retry_limit, job.queue)
+    try:
+        await run_attempt(context, job, job.encode_data(ProcessWebhookEventData(event_row_id=stored.row_id)))
+    except Exception as exc:
+        return exc
+    return None
