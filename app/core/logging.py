@@ -15,7 +15,12 @@ import structlog
 
 from app.core.settings import Settings
 
-_NOISY = {"uvicorn.access": logging.WARNING, "httpx": logging.WARNING, "httpcore": logging.WARNING}
+_NOISY = {
+    "uvicorn.access": logging.WARNING,
+    "httpx": logging.WARNING,
+    "httpcore": logging.WARNING,
+    "stripe": logging.WARNING,
+}
 
 
 def _drop_color_message(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
