@@ -95,12 +95,18 @@ class ArqQueue:
 
     async def state(self, deduplication_id: str) -> JobState:
         job_id = self.settings.redis_namespace + deduplication_id
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(in_progress_key_prefix + job_id)
-            pipe.exists(job_key_prefix + job_id)
-            for queue in QueueName:
-                pipe.zscore(queue_key(self.settings, queue), job_id)
-            running, waiting, *scores = await asyncio.wait_for(pipe.execute(), self.timeout)
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.exists(in_progress_key_prefix + job_id)
+                pipe.exists(job_key_prefix + job_id)
+                for queue in QueueName:
+                    pipe.zscore(queue_key(self.settings, queue), job_id)
+                running, waiting, *scores = await asyncio.wait_for(pipe.execute(), self.timeout)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise QueueUnavailableError(
+                f"Could not read the state of job {deduplication_id!r}: Redis did not answer within "
+                f"{self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'})."
+            ) from exc
         if running:
             return "in_progress"
         if not waiting:

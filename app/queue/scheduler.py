@@ -9,6 +9,7 @@ and only for a cron that ran before: a fresh install does not fire every cron.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -39,17 +40,25 @@ class CronScheduler:
         self.interval = interval_seconds
         self.queued_up_to: dict[str, datetime] = {}
         self._queue_down = False
+        self._stopped = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     async def run(self) -> None:
-        if not self.patterns:
+        if not self.patterns or not await self._start():
             return
-        await self._start()
-        while True:
+        while not self._stopped.is_set():
             await self.tick()
-            await asyncio.sleep(self.interval)
+            await self._pause(self.interval)
 
-    async def _start(self) -> None:
-        while True:
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopped.wait()
+
+    async def _start(self) -> bool:
+        while not self._stopped.is_set():
             try:
                 ran = await last_slots(self.resources, list(self.patterns))
                 break
@@ -60,7 +69,9 @@ class CronScheduler:
                     exc,
                     RETRY_START_SECONDS,
                 )
-                await asyncio.sleep(RETRY_START_SECONDS)
+                await self._pause(RETRY_START_SECONDS)
+        else:
+            return False
         now = self.clock.now()
         for name, (_, pattern) in self.patterns.items():
             due = latest_tick(pattern, now)
@@ -72,6 +83,7 @@ class CronScheduler:
             else:
                 self.queued_up_to[name] = due
         logger.info("Cron scheduler started for %s.", ", ".join(self.patterns))
+        return True
 
     async def tick(self) -> None:
         now = self.clock.now()

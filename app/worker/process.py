@@ -5,6 +5,11 @@ SIGTERM or SIGINT: stop taking jobs, let running ones finish within
 another worker), exit 0. A second signal skips the rest of the grace period.
 Redis going away ends an arq Worker; the supervising loop logs, waits and
 builds a new one until Redis answers again.
+
+The arq Workers are stopped cooperatively (their own burst exit), not by
+cancelling their loop: redis-py's connection check (``asyncio.timeout(0)``)
+can swallow a cancellation, which would leave a loop polling forever. Where we
+must cancel (jobs past the grace period), we cancel again until they end.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from arq.worker import Worker
@@ -30,6 +35,7 @@ logger = logging.getLogger("app.worker")
 RECONNECT_FIRST_DELAY_SECONDS = 0.5
 RECONNECT_MAX_DELAY_SECONDS = 5.0
 CANCELLED_JOBS_FINISH_SECONDS = 10.0
+LOOPS_STOP_SECONDS = 10.0
 
 
 class WorkerProcess:
@@ -67,16 +73,18 @@ class WorkerProcess:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         supervisors = [asyncio.create_task(self._supervise(queue), name=f"queue {queue}") for queue in self.queues]
-        scheduler = None if self.burst else asyncio.create_task(self.scheduler.run(), name="cron scheduler")
+        loops = list(supervisors)
+        if not self.burst:
+            loops.append(asyncio.create_task(self.scheduler.run(), name="cron scheduler"))
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([stop, *supervisors], return_when=asyncio.FIRST_COMPLETED)
-        if not self.burst or self.stopping.is_set():
-            await self._drain()
+        if self.burst and not self.stopping.is_set():
+            await asyncio.gather(*supervisors)  # each returns once its queue is empty
         else:
-            await asyncio.gather(*supervisors)
-        for task in [*supervisors, stop, *([scheduler] if scheduler else [])]:
-            task.cancel()
-        await asyncio.gather(*supervisors, stop, *([scheduler] if scheduler else []), return_exceptions=True)
+            self.scheduler.stop()
+            await self._drain()
+            self._end_loops()
+            await _cancel_until_done([*loops, stop], within=LOOPS_STOP_SECONDS, cancel_first=False)
         await self._close_pools()
         logger.info("Worker stopped.")
         flush_sentry()
@@ -106,7 +114,7 @@ class WorkerProcess:
             self.live[queue] = worker
             try:
                 await worker.main()
-                return  # burst: the queue is empty
+                return  # its queue is empty (burst), or it was told to end (stopping)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -140,11 +148,10 @@ class WorkerProcess:
         return on_startup
 
     async def _sleep_unless_stopping(self, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(self.stopping.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.stopping.wait()
+        return self.stopping.is_set()
 
     async def _retire(self, worker: Worker) -> None:
         await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
@@ -170,14 +177,35 @@ class WorkerProcess:
                 "%d job(s) still running after the grace period: cancelled, they stay queued for another worker.",
                 len(left),
             )
-            for task in left:
-                task.cancel()
-            # Cancelled jobs put themselves back in the queue (arq's finish_job).
-            await asyncio.wait(left, timeout=CANCELLED_JOBS_FINISH_SECONDS)
+            # A cancelled job puts itself back in the queue (arq's finish_job) before its task ends.
+            await _cancel_until_done(left, within=CANCELLED_JOBS_FINISH_SECONDS, cancel_first=True)
+
+    def _end_loops(self) -> None:
+        """arq's burst exit: the loop stops picking and returns at its next poll."""
+        for worker in self.live.values():
+            worker.allow_pick_jobs = False
+            worker.burst = True
+            worker.max_burst_jobs = 0
 
     async def _close_pools(self) -> None:
         for worker in self._all_workers():
             await _close_quietly(worker)
+
+
+async def _cancel_until_done(tasks: Collection[asyncio.Task[Any]], *, within: float, cancel_first: bool) -> None:
+    """Wait for ``tasks``, cancelling the ones still running (again and again: one cancel can be lost)."""
+    pending = {task for task in tasks if not task.done()}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    cancel = cancel_first
+    while pending and loop.time() < deadline:
+        if cancel:
+            for task in pending:
+                task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.5)
+        cancel = True
+    if pending:
+        logger.error("%d task(s) did not stop within %.0f s; exiting anyway.", len(pending), within)
 
 
 async def _close_quietly(worker: Worker) -> None:
