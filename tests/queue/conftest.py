@@ -93,7 +93,10 @@ class WorkerProc:
         self.process.send_signal(sig)
 
     async def wait_exit(self, within: float = 30.0) -> int:
-        await wait_for(lambda: self.process.poll() is not None, within, "the worker to exit")
+        try:
+            await wait_for(lambda: self.process.poll() is not None, within, "the worker to exit")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log ends with:\n{self.text()[-4000:]}") from None
         return self.process.returncode
 
 

@@ -21,6 +21,8 @@ from tests.queue.conftest import fetch_events, wait_for
 from tests.queue.sample_jobs import EveryMinuteCronJob
 from tests.stubs.sentry_ingest import SentryIngestStub
 
+CRON_ARGS = ("--module", "tests.queue.sample_jobs:CRON_MODULE", "--fake-clock-file")
+
 
 def utc(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
@@ -50,7 +52,7 @@ async def test_three_workers_run_each_tick_once_and_a_tick_missed_by_all_runs_on
     clock = tmp_path / "clock"
     clock.write_text("2030-01-07T10:00:30+00:00")
     started = "Cron scheduler started"
-    workers = await asyncio.gather(*(start_worker("--fake-clock-file", str(clock), wait=started) for _ in range(3)))
+    workers = await asyncio.gather(*(start_worker(*CRON_ARGS, str(clock), wait=started) for _ in range(3)))
     assert all(w.has("Cron EveryMinuteCronJob scheduled: * * * * * (UTC).") for w in workers)
     await asyncio.sleep(0.5)
     assert await _runs(resources) == []  # a cron that never ran does not fire at first start
@@ -64,10 +66,11 @@ async def test_three_workers_run_each_tick_once_and_a_tick_missed_by_all_runs_on
 
     for worker in workers:
         worker.signal(signal.SIGTERM)
-    assert [await w.wait_exit(15) for w in workers] == [0, 0, 0]
+    codes = [await w.wait_exit(20) for w in workers]
+    assert codes == [0, 0, 0], "\n".join(w.text()[-3000:] for w in workers)
     clock.write_text("2030-01-07T10:05:10+00:00")  # 10:03, 10:04 and 10:05 pass with no worker up
 
-    await start_worker("--fake-clock-file", str(clock), wait=started)
+    await start_worker(*CRON_ARGS, str(clock), wait=started)
     await wait_for(lambda: _has_run(resources, "2030-01-07T10:05:00+00:00"), 10, "the missed tick to run")
     await asyncio.sleep(0.5)
 
