@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
 from app.core.settings import Settings
 
@@ -56,7 +57,9 @@ def configure_logging(settings: Settings) -> None:
     )
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if settings.log_format == "json":
-        final += [structlog.processors.dict_tracebacks]
+        # No frame locals: they hold the settings (API keys, webhook secrets) and request bodies, and
+        # made one failing request's line tens of kilobytes (structlog's dict_tracebacks shows them).
+        final += [structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))]
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared, processors=[*final, _renderer(settings.log_format)]
     )

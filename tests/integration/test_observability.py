@@ -33,7 +33,16 @@ async def missing() -> None:
     raise NotFoundException(detail="no such thing")
 
 
-FAULTY = FeatureModule(name="faulty", route_handlers=[boom, missing])
+LOCAL_SECRET = "sk_live_never_in_a_log_line"
+
+
+@get("/leaky")
+async def leaky() -> None:
+    api_key = LOCAL_SECRET  # a frame local, as settings and request bodies are in real handlers
+    raise ExplodingRouteError(f"the call with a {len(api_key)}-character key failed")
+
+
+FAULTY = FeatureModule(name="faulty", route_handlers=[boom, missing, leaky])
 
 
 async def test_unhandled_error_reaches_sentry_and_a_4xx_does_not(
@@ -67,3 +76,21 @@ async def test_json_log_lines_carry_the_request_id(
     assert access[-1]["level"] == "info"
     configure_logging(load_settings(settings_env))
     logging.getLogger("app").info("back to console")
+
+
+async def test_json_tracebacks_carry_no_frame_locals(
+    settings_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Locals would put the settings' secrets (and request bodies) in every logged traceback."""
+    settings = load_settings({**settings_env, "LOG_FORMAT": "json"})
+    async with AsyncTestClient(build_app(settings, [system.MODULE, FAULTY])) as client:
+        assert (await client.get("/leaky")).status_code == 500
+    output = capsys.readouterr().err
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    (error,) = [line for line in lines if str(line.get("event", "")).startswith("Unhandled error on GET /leaky")]
+    frames = error["exception"][0]["frames"]
+    assert frames and frames[-1]["name"] == "leaky"
+    assert all("locals" not in frame for frame in frames)
+    assert LOCAL_SECRET not in output
+    assert settings_env["STRIPE_WEBHOOK_SECRET"] not in output
+    configure_logging(load_settings(settings_env))
