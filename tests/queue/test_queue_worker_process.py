@@ -138,3 +138,19 @@ async def test_sigkill_mid_job_another_worker_runs_it_again(
     assert [(s["pid"], s["attempt"]) for s in starts] == [(first.process.pid, 1), (second.process.pid, 2)]
     assert ends[0]["pid"] == second.process.pid
     assert (starts[1]["at"] - starts[0]["at"]).total_seconds() <= 3 + 2 + 10 + 2
+
+
+async def test_a_job_still_running_after_the_grace_period_is_cancelled_and_stays_queued(
+    events_table: Resources, start_worker: Callable[..., Any]
+) -> None:
+    resources = events_table
+    worker = await start_worker(WORKER_SHUTDOWN_GRACE_SECONDS="1")
+    await resources.queue.add(RecordJob, RecordData(key="slow", sleep_seconds=2.5), deduplication_id="slow")
+    await wait_for(lambda: _events(resources, "slow", "start"), 10, "the job to start")
+
+    worker.signal(signal.SIGTERM)
+
+    assert await worker.wait_exit(10) == 0
+    assert await _events(resources, "slow", "end") == []
+    assert await resources.queue.state("slow") == "queued"  # another worker takes it at once
+    assert worker.has("1 job(s) still running after the grace period")
