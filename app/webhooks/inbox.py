@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from app.core.db import Database
 
 Outcome = Literal["inserted", "reopened", "existing"]
@@ -53,7 +55,22 @@ async def driver_connection(db: Database) -> AsyncIterator[Any]:
     """An asyncpg connection checked out of the shared pool, in autocommit (no BEGIN)."""
     async with db.engine.connect() as connection:
         raw = await connection.get_raw_connection()
-        yield raw.driver_connection
+        try:
+            yield raw.driver_connection
+        except BaseException:
+            await discard_if_dead(connection, raw.driver_connection)
+            raise
+
+
+async def discard_if_dead(connection: AsyncConnection, driver: Any) -> None:
+    """Drop a connection that died under a driver call (Postgres restarted, backend killed) from the pool.
+
+    SQLAlchemy never sees errors raised by the driver connection itself, so it
+    cannot tell the connection is dead: it would go back to the pool and fail
+    every later request that draws it, until the process restarts.
+    """
+    if driver.is_closed():
+        await connection.invalidate()
 
 
 async def store_event(db: Database, provider: str, event_id: str, event_type: str, body: str) -> StoredEvent:

@@ -17,6 +17,7 @@ from sqlalchemy import func, update
 from app.core.resources import Resources
 from app.queue.errors import PermanentError
 from app.webhooks.handlers import WebhookContext, find_handler
+from app.webhooks.inbox import discard_if_dead
 from app.webhooks.models import WebhookEvent
 
 logger = logging.getLogger(__name__)
@@ -50,17 +51,25 @@ async def process_event(resources: Resources, row_id: int) -> None:
     lock_key = _LOCK_BASE + row_id
     async with resources.db.engine.connect() as bookkeeping:
         connection: Any = (await bookkeeping.get_raw_connection()).driver_connection
-        claim = await connection.fetchrow(_CLAIM, row_id, lock_key)
-        if not claim["got"]:
-            logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
-            return
         try:
-            if claim["attempts"] is None:
-                logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
-                return
-            await _attempt(resources, row_id, connection)
-        finally:
-            await _unlock(bookkeeping, connection, lock_key)
+            await _claimed_attempt(resources, row_id, bookkeeping, connection, lock_key)
+        except BaseException:
+            await discard_if_dead(bookkeeping, connection)
+            raise
+
+
+async def _claimed_attempt(resources: Resources, row_id: int, bookkeeping: Any, connection: Any, lock_key: int) -> None:
+    claim = await connection.fetchrow(_CLAIM, row_id, lock_key)
+    if not claim["got"]:
+        logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
+        return
+    try:
+        if claim["attempts"] is None:
+            logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
+            return
+        await _attempt(resources, row_id, connection)
+    finally:
+        await _unlock(bookkeeping, connection, lock_key)
 
 
 async def _attempt(resources: Resources, row_id: int, connection: Any) -> None:

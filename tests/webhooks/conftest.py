@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 
 from app import system
 from app.asgi import build_app
@@ -16,6 +19,7 @@ from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.webhooks.handlers import WebhookContext
+from app.webhooks.inbox import driver_connection
 from app.webhooks.models import WebhookEvent
 from app.webhooks.module import build_webhooks_module
 
@@ -76,3 +80,19 @@ async def inbox_rows(resources: Resources) -> list[WebhookEvent]:
 async def inbox_count(resources: Resources) -> int:
     async with resources.db.session() as session:
         return int(await session.scalar(select(func.count()).select_from(WebhookEvent)) or 0)
+
+
+async def kill_pooled_connection(resources: Resources) -> None:
+    """Terminate the backend of the pool's idle connection, as a Postgres restart does to every pooled one."""
+    async with driver_connection(resources.db) as connection:
+        backend = await connection.fetchval("SELECT pg_backend_pid()")
+    url = make_url(resources.settings.require_database_url()).set(drivername="postgresql")
+    admin = await asyncpg.connect(url.render_as_string(hide_password=False))
+    try:
+        await admin.execute("SELECT pg_terminate_backend($1)", backend)
+        for _ in range(100):
+            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", backend):
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await admin.close()

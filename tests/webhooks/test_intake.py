@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from app.core.resources import Resources
 from app.testing.deliveries import (
     clerk_event,
@@ -14,8 +16,9 @@ from app.testing.deliveries import (
     stripe_event,
     stripe_subscription,
 )
+from app.webhooks.inbox import store_event
 from app.webhooks.jobs import deduplication_id
-from tests.webhooks.conftest import inbox_count, inbox_rows
+from tests.webhooks.conftest import inbox_count, inbox_rows, kill_pooled_connection
 
 
 def subscription_event(event_id: str | None = None) -> dict[str, Any]:
@@ -182,6 +185,17 @@ async def test_postgres_unreachable_answers_503(make_client: Any, webhook_secret
     response = await client.post("/webhooks/stripe", content=delivery.body, headers=delivery.headers)
     assert response.status_code == 503
     assert "deliver it again" in response.json()["detail"]
+
+
+async def test_a_pooled_connection_that_died_fails_one_store_then_leaves_the_pool(resources: Resources) -> None:
+    """After a Postgres restart every pooled connection is dead: each may cost one 503 (the provider delivers
+    again), but it must not go back to the pool and fail every later delivery that draws it."""
+    await kill_pooled_connection(resources)
+    body = '{"id": "evt_after_restart", "type": "customer.subscription.updated"}'
+    with pytest.raises(Exception, match="closed"):
+        await store_event(resources.db, "stripe", "evt_after_restart", "customer.subscription.updated", body)
+    stored = await store_event(resources.db, "stripe", "evt_after_restart", "customer.subscription.updated", body)
+    assert stored.outcome == "inserted"
 
 
 async def test_redelivery_of_a_set_aside_event_reopens_it(

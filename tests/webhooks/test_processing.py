@@ -16,6 +16,7 @@ from app.webhooks.handlers import WebhookContext
 from app.webhooks.inbox import store_event
 from app.webhooks.models import WebhookEvent
 from app.webhooks.processing import process_event
+from tests.webhooks.conftest import kill_pooled_connection
 
 
 async def stored_row(resources: Resources, event_id: str = "evt_processing") -> int:
@@ -152,3 +153,20 @@ async def test_lock_is_released_after_a_failure(make_resources: Any) -> None:
             )
         )
     assert held == 0
+
+
+async def test_a_bookkeeping_connection_that_died_is_dropped_so_the_retry_processes(make_resources: Any) -> None:
+    """A worker's pool after a Postgres restart: the dead connection fails one try, the retry gets a live one."""
+    handled: list[str] = []
+
+    async def handler(context: WebhookContext) -> None:
+        handled.append(context.event.event_id)
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    await kill_pooled_connection(resources)
+    with pytest.raises(Exception, match="closed"):
+        await process_event(resources, row_id)
+    await process_event(resources, row_id)
+    assert handled == ["evt_processing"]
+    assert (await load(resources, row_id)).processed_at is not None
