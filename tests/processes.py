@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -81,3 +88,90 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: f
             process.kill()
             process.wait()
     return process.returncode
+
+
+async def wait_for(predicate: Callable[[], Any], within: float, what: str, step: float = 0.05) -> Any:
+    """Poll an async (or plain) predicate until it returns something truthy."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        await asyncio.sleep(step)
+
+
+@dataclass
+class WorkerProc:
+    """One ``python -m app.worker`` process; its JSON log lines are read from a file."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _offset: int = field(default=0)
+
+    def lines(self) -> list[dict[str, Any]]:
+        parsed = []
+        for raw in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                parsed.append(json.loads(raw))
+            except ValueError:
+                parsed.append({"event": raw, "unparsed": True})
+        return parsed
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def has(self, fragment: str) -> bool:
+        return fragment in self.text()
+
+    async def wait_log(self, fragment: str, within: float = 30.0) -> None:
+        def seen() -> bool:
+            if self.process.poll() is not None and fragment not in self.text():
+                raise AssertionError(f"worker exited ({self.process.returncode}) before {fragment!r}:\n{self.text()}")
+            return fragment in self.text()
+
+        await wait_for(seen, within, f"{fragment!r} in the worker log")
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.process.send_signal(sig)
+
+    async def wait_exit(self, within: float = 30.0) -> int:
+        try:
+            await wait_for(lambda: self.process.poll() is not None, within, "the worker to exit")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log ends with:\n{self.text()[-4000:]}") from None
+        return self.process.returncode
+
+
+def _spawn_logged(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+@asynccontextmanager
+async def worker_starter(settings_env: Mapping[str, str], *default_args: str) -> AsyncIterator[Callable[..., Any]]:
+    """Start worker processes on the test's database and Redis namespace; all are killed at the end."""
+    started: list[WorkerProc] = []
+    log_dir = Path(tempfile.mkdtemp(prefix="worker-logs-"))
+
+    async def start(*args: str, wait: str | None = "Worker serving", **env: str) -> WorkerProc:
+        log_path = log_dir / f"worker-{len(started)}.log"
+        full_env = child_env({**settings_env, "LOG_FORMAT": "json", "WORKER_SHUTDOWN_GRACE_SECONDS": "10", **env})
+        command = [sys.executable, "-m", "app.worker", *default_args, *args]
+        worker = WorkerProc(_spawn_logged(command, full_env, log_path), log_path)
+        started.append(worker)
+        if wait:
+            await worker.wait_log(wait)
+        return worker
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            if worker.process.poll() is None:
+                worker.process.kill()
+                worker.process.wait(10)
+        shutil.rmtree(log_dir, ignore_errors=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
-from tests.queue.conftest import PrivateRedis, fetch_events, wait_for
+from tests.queue.conftest import RedisServer, fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob
 
 
@@ -16,7 +16,7 @@ async def test_the_worker_survives_a_redis_restart_and_runs_a_job_queued_after(
     settings_env: dict[str, str],
     events_table: Resources,
     start_worker: Callable[..., Any],
-    private_redis: PrivateRedis,
+    private_redis: RedisServer,
 ) -> None:
     worker = await start_worker(REDIS_URL=private_redis.url)
     await worker.wait_log("REDIS MAXMEMORY-POLICY IS 'allkeys-lru', NOT 'noeviction'")

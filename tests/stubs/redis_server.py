@@ -28,8 +28,11 @@ def redis_server_binary() -> str:
 
 
 class RedisServer:
-    def __init__(self) -> None:
+    """A redis-server of one test, on a free port: fault tests kill and restart it (same port)."""
+
+    def __init__(self, maxmemory_policy: str = "noeviction") -> None:
         self.port = free_port()
+        self.maxmemory_policy = maxmemory_policy
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -38,7 +41,7 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        args += ["--appendonly", "no", "--maxmemory-policy", "noeviction"]
+        args += ["--appendonly", "no", "--maxmemory-policy", self.maxmemory_policy]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
