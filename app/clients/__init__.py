@@ -1,4 +1,4 @@
-"""The worked example for SaaS developers: one job and one cron (see docs/jobs.md)."""
+"""The worked example for SaaS developers: one job and one cron (see the README, "Add a job")."""
 
 from app.clients.crons import SendWeeklySummariesCronJob
 from app.clients.jobs import SendClientSummaryJob, SendClientSummaryJobData

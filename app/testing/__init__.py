@@ -3,7 +3,7 @@
 Everything is importable from here (``from app.testing import deliver_and_wait, signed_stripe_delivery``);
 each name loads its submodule on first use, so building a delivery never pulls in
 the stub server's web stack. The pytest fixtures are a plugin:
-``pytest_plugins = ["app.testing.fixtures"]``. Guide: ``docs/testing.md``.
+``pytest_plugins = ["app.testing.fixtures"]``. Guide: the README, "Test your handlers".
 """
 
 from __future__ import annotations
