@@ -12,7 +12,7 @@ LITESTAR := $(BIN)/litestar --app app.asgi:create_app
 # Commands that need Postgres/Redis run through this: embedded servers (and dev secrets) when no URLs are set.
 WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
 
-.PHONY: install dev api worker test lint format migrate retry-abandoned send-test-webhook bench soak clean
+.PHONY: install dev api worker test lint format migrate retry-abandoned cli send-test-webhook bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ migrate: install  ## the same command the production migrate service runs
 
 retry-abandoned: install
 	@$(WITH_DEV_ENV) $(LITESTAR) webhooks retry-abandoned
+
+cli: install  ## any Litestar CLI command against the dev services, e.g. make cli ARGS="webhooks list"
+	@$(WITH_DEV_ENV) $(LITESTAR) $(ARGS)
 
 send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API
 	@$(WITH_DEV_ENV) $(LITESTAR) webhooks send-test --provider $(PROVIDER) --url http://$(HOST):$(PORT)
