@@ -64,8 +64,11 @@ def load_dev_secrets(path: Path) -> None:
             key, sep, value = line.partition("=")
             if sep and not key.lstrip().startswith("#"):
                 values[key.strip()] = value.strip()
-    wanted = {"STRIPE_WEBHOOK_SECRET": _whsec, "CLERK_WEBHOOK_SIGNING_SECRET": _whsec,
-              "STRIPE_API_KEY": lambda: "sk_test_dev"}
+    wanted = {
+        "STRIPE_WEBHOOK_SECRET": _whsec,
+        "CLERK_WEBHOOK_SIGNING_SECRET": _whsec,
+        "STRIPE_API_KEY": lambda: "sk_test_dev",
+    }
     missing = {key: make() for key, make in wanted.items() if key not in values}
     if missing:
         values.update(missing)
@@ -143,8 +146,11 @@ def _venv_tool(name: str) -> str:
 def _migrate(children: dict[str, subprocess.Popen[bytes]]) -> None:
     custom = os.environ.get("DEV_MIGRATE_CMD")
     _say("Migrations: running")
-    children["Migrations"] = proc = _spawn(custom, shell=True) if custom else _spawn(
-        [_venv_tool("litestar"), "--app", "app.asgi:create_app", "database", "upgrade", "--no-prompt"])
+    children["Migrations"] = proc = (
+        _spawn(custom, shell=True)
+        if custom
+        else _spawn([_venv_tool("litestar"), "--app", "app.asgi:create_app", "database", "upgrade", "--no-prompt"])
+    )
     code = proc.wait()
     del children["Migrations"]
     if code:
@@ -156,9 +162,20 @@ def _start_app(children: dict[str, subprocess.Popen[bytes]]) -> None:
     host, port = os.environ.get("HOST", "127.0.0.1"), os.environ.get("PORT", "8000")
     api = os.environ.get("DEV_API_CMD")
     worker = os.environ.get("DEV_WORKER_CMD")
-    children["API"] = _spawn(shlex.split(api) if api else [
-        _venv_tool("uvicorn"), "--factory", "app.asgi:create_app", "--host", host, "--port", port,
-        "--no-proxy-headers"])
+    children["API"] = _spawn(
+        shlex.split(api)
+        if api
+        else [
+            _venv_tool("uvicorn"),
+            "--factory",
+            "app.asgi:create_app",
+            "--host",
+            host,
+            "--port",
+            port,
+            "--no-proxy-headers",
+        ]
+    )
     _say(f"API: http://{host}:{port}")
     children["Worker"] = _spawn(shlex.split(worker) if worker else [sys.executable, "-m", "app.worker"])
     _say("Worker: started")

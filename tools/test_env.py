@@ -36,8 +36,9 @@ def _say(message: str) -> None:
 async def _connect(user: str, database: str) -> Any:
     import asyncpg
 
-    return await asyncpg.connect(host=LOCAL_HOST, port=LOCAL_PG_PORT, user=user, database=database,
-                                 timeout=PROBE_TIMEOUT)
+    return await asyncpg.connect(
+        host=LOCAL_HOST, port=LOCAL_PG_PORT, user=user, database=database, timeout=PROBE_TIMEOUT
+    )
 
 
 async def _can_create_databases(conn: Any) -> bool:

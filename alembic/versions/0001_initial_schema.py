@@ -161,9 +161,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_dispute")),
         sa.UniqueConstraint("stripe_id", name=op.f("uq_billing_dispute_stripe_id")),
     )
-    op.create_index(
-        op.f("ix_billing_dispute_workspace_id"), "billing_dispute", ["workspace_id"], unique=False
-    )
+    op.create_index(op.f("ix_billing_dispute_workspace_id"), "billing_dispute", ["workspace_id"], unique=False)
     op.create_table(
         "billing_fraud_warning",
         sa.Column(
@@ -250,9 +248,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("clerk_membership_id", name=op.f("uq_workspace_member_clerk_membership_id")),
     )
     op.create_index(op.f("ix_workspace_member_user_id"), "workspace_member", ["user_id"], unique=False)
-    op.create_index(
-        op.f("ix_workspace_member_workspace_id"), "workspace_member", ["workspace_id"], unique=False
-    )
+    op.create_index(op.f("ix_workspace_member_workspace_id"), "workspace_member", ["workspace_id"], unique=False)
     # ### end Alembic commands ###
 
 
