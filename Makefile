@@ -59,5 +59,8 @@ send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured
 bench: install
 	@$(BIN)/python -m bench $(BENCH_ARGS)
 
+soak: install  ## the soak and chaos run (bench/soak/README.md): EVENTS=N deliveries, default 10,000
+	@$(BIN)/python -m bench.soak $(if $(EVENTS),--events $(EVENTS))
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

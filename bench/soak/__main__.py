@@ -1,0 +1,154 @@
+"""``python -m bench.soak [--events N] [--short] [--json-out FILE]``: one soak and chaos run.
+
+Starts its own embedded Postgres and Redis (own ports, own data folder under a
+temporary run folder), migrates, starts the Stripe and Sentry stubs, 2 API and
+2 worker processes; plays the plan (``plan.py``) through the load loop while
+the fault schedule (``faults.py``) runs; waits for the pipeline to drain; checks
+(``verify.py``); prints one table. Exit 0 only when nothing was lost, nothing
+applied twice and every other check held. The run folder (logs, data) is kept
+on failure or with ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from app.testing.deliveries import generate_whsec
+from bench.soak.cluster import Cluster
+from bench.soak.config import SoakConfig
+from bench.soak.faults import Faults
+from bench.soak.load import Sender
+from bench.soak.plan import build_plan
+from bench.soak.report import summary, table
+from bench.soak.runtime import Db, Driver, StubControl
+from bench.soak.verify import Verifier
+
+
+def say(message: str) -> None:
+    print(f"soak: {message}", flush=True)
+
+
+async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
+    secrets = {"stripe": generate_whsec(), "clerk": generate_whsec()}
+    cluster = Cluster(config, run_dir, secrets)
+    started = time.monotonic()
+    db: Db | None = None
+    sender: Sender | None = None
+    stub: StubControl | None = None
+    try:
+        say(f"run folder {run_dir}")
+        await asyncio.to_thread(cluster.start_servers)
+        say(f"Postgres on :{cluster.pg_port}, Redis on :{cluster.redis_port} (embedded, this run's own)")
+        await asyncio.to_thread(cluster.migrate)
+        await asyncio.to_thread(cluster.start_stubs)
+        await asyncio.to_thread(cluster.start_apps)
+        say(
+            f"2 API processes ({', '.join(cluster.api_urls)}), 2 workers, Stripe stub {cluster.stripe_url}: "
+            f"ready after {time.monotonic() - started:.1f} s"
+        )
+        plan = build_plan(config)
+        say(
+            f"plan: {plan.planned_deliveries:,} deliveries of {sum(1 for _ in plan.events()):,} distinct events "
+            f"over {config.send_seconds:.0f} s; faults at 10/25/40/55/70% of it"
+        )
+        rng = random.Random(config.seed + 1)
+        sender = Sender(config, cluster.api_urls, secrets, rng)
+        stub = StubControl(cluster)
+        db = Db(cluster.database_url)
+        await db.open()
+        driver = Driver(plan, sender, stub, db, rng)
+        faults = Faults(config, cluster, stub, driver)
+        driver.origin = time.monotonic()
+        fault_task = asyncio.create_task(faults.run())
+        span = config.send_seconds
+        # Between the Postgres restart and the Redis restart (the limiter fails open while Redis is down).
+        noisy_task = asyncio.create_task(sender.noisy(0.25 * span, 0.50 * span, driver.origin))
+        await driver.run()
+        await noisy_task
+        if not await sender.wait_idle(config.resend_deadline_seconds + 30):
+            say("some deliveries were still being re-sent at the deadline")
+        await fault_task
+        say(f"sent everything after {driver.now():.0f} s; draining")
+        verifier = Verifier(config, plan, sender, cluster, db)
+        drained = await verifier.drain(config.drain_timeout_seconds)
+        findings = await verifier.check(drained)
+        text = table(config, findings, sender.stats, faults.records)
+        print(text, flush=True)
+        result = summary(config, findings, sender.stats, faults.records)
+        result["table"] = text
+        result["total_seconds"] = round(time.monotonic() - started, 1)
+        return result
+    finally:
+        for closing in (sender, stub, db):
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing.close()
+        await asyncio.to_thread(cluster.stop)
+
+
+def failed(result: dict[str, object]) -> bool:
+    return bool(result["lost"] or result["applied_twice"] or result["problems"] or not result["faults_ok"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, help="deliveries to send (default 10,000; --short: 400)")
+    parser.add_argument("--rate", type=float, help="deliveries per second on average (default 40; --short: 16)")
+    parser.add_argument("--short", action="store_true", help="the test suite's version: a few hundred events")
+    parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--run-dir", type=Path, help="logs and data here (default: a new temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the run folder even when the run passes")
+    parser.add_argument("--json-out", type=Path, help="also write the summary as JSON here")
+    parser.add_argument("--markdown-out", type=Path, help="also write the table (markdown) here")
+    args = parser.parse_args(argv)
+    overrides: dict[str, object] = {"seed": args.seed}
+    if args.events:
+        overrides["events"] = args.events
+    if args.rate:
+        overrides["rate"] = args.rate
+    config = SoakConfig.short_run(**overrides) if args.short else SoakConfig(**overrides)  # type: ignore[arg-type]
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="soak-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> dict[str, object]:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if task is not None:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        return await soak(config, run_dir)
+
+    try:
+        result = asyncio.run(run())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        say(f"interrupted; servers stopped, logs kept in {run_dir}")
+        return 130
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, indent=2, default=str))
+    if args.markdown_out:
+        args.markdown_out.write_text(str(result["table"]) + "\n")
+    bad = failed(result)
+    for problem in result["problems"]:  # type: ignore[attr-defined]
+        say(f"PROBLEM: {problem}")
+    if bad or args.keep:
+        say(f"logs and data kept in {run_dir}")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    say(
+        f"{'FAILED' if bad else 'passed'}: lost {result['lost']}, applied twice {result['applied_twice']}, "
+        f"{len(result['problems'])} problems, {result['total_seconds']} s"
+    )  # type: ignore[arg-type]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

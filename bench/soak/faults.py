@@ -1,0 +1,117 @@
+"""The fault schedule: each fault once, at a fixed fraction of the sending phase, healed by the soak.
+
+| at  | fault |
+|-----|-------|
+| 10% | Postgres crash: immediate shutdown (SIGQUIT), a pause, start (crash recovery) on the same port |
+| 25% | SIGKILL of worker 1, started again after a few seconds |
+| 40% | Stripe stub outage: the process killed, a new one (same state) listens again seconds later |
+| 55% | Redis restart: SIGTERM (it writes its append-only file), a pause, start on the same port |
+| 70% | SIGTERM of worker 2: it must finish its jobs and exit 0 within its grace period; started again |
+
+Postgres goes first and the doomed events are sent only once it is back: a try
+that cannot reach Postgres is not counted as an attempt, so a doomed event
+caught by it would need a second round (and a second recovery tick, a minute)
+to reach its attempts. Every other fault leaves the count exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+
+from bench.soak.cluster import Cluster
+from bench.soak.config import SoakConfig
+from bench.soak.runtime import Driver, StubControl
+
+STRIPE_OUTAGE_AT = 0.40
+
+
+@dataclass
+class FaultRecord:
+    name: str
+    at: float  # run seconds when it began
+    healed_after: float  # seconds until the faulty part served again
+    note: str = ""
+    ok: bool = True  # False: the fault exposed a finding (e.g. a worker that did not stop on SIGTERM)
+
+
+class Faults:
+    def __init__(self, config: SoakConfig, cluster: Cluster, stub: StubControl, driver: Driver) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.stub = stub
+        self.driver = driver
+        self.records: list[FaultRecord] = []
+        span = config.send_seconds
+        outage = STRIPE_OUTAGE_AT * span
+        # No flaky Stripe reads around the outage: one event would pay for both and could use up its attempts.
+        driver.quiet_windows.append((outage - 8.0, outage + config.stripe_outage_seconds + 12.0))
+        self.schedule = [
+            (0.10, "Postgres restart", self.restart_postgres),
+            (0.25, "SIGKILL worker", self.kill_worker),
+            (STRIPE_OUTAGE_AT, "Stripe stub outage", self.stripe_outage),
+            (0.55, "Redis restart", self.restart_redis),
+            (0.70, "SIGTERM worker", self.stop_worker),
+        ]
+
+    async def run(self) -> None:
+        for fraction, name, inject in self.schedule:
+            await self.driver.at(fraction * self.config.send_seconds)
+            began, started = self.driver.now(), time.monotonic()
+            print(f"soak: {began:6.1f}s fault: {name}", flush=True)
+            try:
+                note, ok = await inject()
+            except Exception as exc:  # the soak's own failure to inject or heal: counted, the run goes on
+                note, ok = f"could not inject or heal: {type(exc).__name__}: {exc}", False
+                self.driver.postgres_back.set()
+            self.records.append(FaultRecord(name, began, time.monotonic() - started, note, ok))
+
+    async def kill_worker(self) -> tuple[str, bool]:
+        worker = self.cluster.workers[0]
+        worker.signal(signal.SIGKILL)
+        await asyncio.to_thread(worker.wait, 10.0)
+        await asyncio.sleep(self.config.kill_restart_after_seconds)
+        self.cluster.start_worker(0)
+        await asyncio.to_thread(self.cluster.wait_worker_ready, worker)
+        return f"{worker.name} killed mid-jobs, started again", True
+
+    async def stop_worker(self) -> tuple[str, bool]:
+        worker = self.cluster.workers[1]
+        worker.signal(signal.SIGTERM)
+        limit = self.config.shutdown_grace_seconds + 20.0
+        began = time.monotonic()
+        code = await asyncio.to_thread(worker.wait, limit)
+        took = time.monotonic() - began
+        if code is None:
+            worker.signal(signal.SIGKILL)
+            await asyncio.to_thread(worker.wait, 10.0)
+            note, ok = f"{worker.name} still running {limit:.0f} s after SIGTERM: killed (HANG)", False
+        else:
+            note, ok = f"{worker.name} exited {code} {took:.1f} s after SIGTERM", code == 0
+        self.cluster.start_worker(1)
+        await asyncio.to_thread(self.cluster.wait_worker_ready, worker)
+        return note, ok
+
+    async def restart_redis(self) -> tuple[str, bool]:
+        down = await asyncio.to_thread(self.cluster.restart_redis, self.config.redis_down_seconds)
+        return f"down {down:.1f} s", True
+
+    async def restart_postgres(self) -> tuple[str, bool]:
+        began = time.monotonic()
+        await asyncio.to_thread(self.cluster.crash_postgres)
+        await asyncio.sleep(self.config.postgres_down_seconds)
+        await asyncio.to_thread(self.cluster.start_postgres)
+        self.driver.postgres_back.set()
+        return f"crashed (immediate shutdown), down {time.monotonic() - began:.1f} s", True
+
+    async def stripe_outage(self) -> tuple[str, bool]:
+        await asyncio.to_thread(self.cluster.spawn_stripe)  # the successor imports while the old one serves
+        async with self.stub.lock:  # scenarios wait to change Stripe's state until it is back
+            began = time.monotonic()
+            self.cluster.kill_stripe()
+            await asyncio.sleep(self.config.stripe_outage_seconds)
+            state = self.stub.snapshot(self.cluster.run_dir)
+            await asyncio.to_thread(self.cluster.serve_stripe, state)
+        return f"refused connections for {time.monotonic() - began:.1f} s", True
