@@ -29,6 +29,8 @@ def read_alerts(path: Path) -> Counter[str]:
     if not path.exists():
         return alerts
     for line in path.read_text().splitlines():
+        if ALERT_PREFIX not in line:  # most lines are failed attempts' exceptions: skip them unparsed
+            continue
         record = json.loads(line)
         message = record.get("message") or ""
         if record.get("level") == "error" and message.startswith(ALERT_PREFIX) and not record.get("exceptions"):
