@@ -15,17 +15,20 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from app.testing.deliveries import generate_whsec
-from bench.soak.cluster import Cluster
-from bench.soak.config import SoakConfig
+from bench.soak.cluster import ROOT, Cluster
+from bench.soak.config import DEFAULT_EVENTS, SoakConfig
 from bench.soak.faults import Faults
 from bench.soak.load import Sender
 from bench.soak.plan import build_plan
@@ -96,6 +99,26 @@ async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
         await asyncio.to_thread(cluster.stop)
 
 
+def markdown(config: SoakConfig, result: dict[str, object], load_before: float) -> str:
+    """The table with what produced it: the results file of a full run."""
+    try:
+        revision = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        revision = "unknown"
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = "make soak" if config.events == DEFAULT_EVENTS else f"make soak EVENTS={config.events}"
+    if config.short:
+        command = "python -m bench.soak --short"
+    problems = "\n".join(f"- {p}" for p in result["problems"]) or "none"  # type: ignore[attr-defined]
+    return (
+        f"# Soak and chaos run\n\n`{command}` (`python -m bench.soak`), {when}, revision {revision}, "
+        f"{os.cpu_count()} cores (load average {load_before:.1f} at the start), "
+        f"{result['total_seconds']} s in all.\n\n{result['table']}\n\nProblems: {problems}\n"
+    )
+
+
 def failed(result: dict[str, object]) -> bool:
     return bool(result["lost"] or result["applied_twice"] or result["problems"] or not result["faults_ok"])
 
@@ -117,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rate:
         overrides["rate"] = args.rate
     config = SoakConfig.short_run(**overrides) if args.short else SoakConfig(**overrides)  # type: ignore[arg-type]
+    load_before = os.getloadavg()[0]
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="soak-"))
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -135,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2, default=str))
     if args.markdown_out:
-        args.markdown_out.write_text(str(result["table"]) + "\n")
+        args.markdown_out.write_text(markdown(config, result, load_before))
     bad = failed(result)
     for problem in result["problems"]:  # type: ignore[attr-defined]
         say(f"PROBLEM: {problem}")
