@@ -1,0 +1,167 @@
+"""The bench's own API, ceiling and worker processes: real subprocesses, always stopped at the end.
+
+Every process starts in its own session (a Ctrl-C in the terminal reaches only
+the harness, which stops them in order), writes its output to a log file in
+the run's directory, and is watched for its peak RSS (``VmHWM``, and psutil
+samples as a fallback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+UVICORN_FLAGS = ["--host", "127.0.0.1", "--no-access-log", "--no-proxy-headers"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The bench's settings on a minimal environment: no developer setting leaks in."""
+    base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
+    return {**base, "PYTHONUNBUFFERED": "1", **env}
+
+
+@dataclass
+class Managed:
+    role: str  # "api", "ceiling", "worker"
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    peak_rss: int = 0
+
+    def pids(self) -> list[int]:
+        try:
+            parent = psutil.Process(self.process.pid)
+            return [self.process.pid, *(child.pid for child in parent.children(recursive=True))]
+        except psutil.Error:
+            return []
+
+
+def _hwm(pid: int) -> int:
+    """Peak resident set size of a live process (Linux ``VmHWM``), 0 if unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class Processes:
+    """Starts, watches and stops the bench's processes."""
+
+    directory: Path
+    running: list[Managed] = field(default_factory=list)
+    stopped: list[Managed] = field(default_factory=list)
+    _monitor: threading.Thread | None = None
+    _stop_monitor: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, role: str, name: str, command: list[str], env: Mapping[str, str]) -> Managed:
+        log = self.directory / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command, cwd=ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        managed = Managed(role, name, process, log)
+        with self._lock:
+            self.running.append(managed)
+        self._ensure_monitor()
+        return managed
+
+    def start_uvicorn(
+        self, role: str, name: str, factory: str, env: Mapping[str, str], workers: int
+    ) -> tuple[str, Managed]:
+        port = free_port()
+        command = [sys.executable, "-m", "uvicorn", "--factory", factory, "--port", str(port), *UVICORN_FLAGS]
+        if workers > 1:
+            command += ["--workers", str(workers)]
+        managed = self.start(role, name, command, env)
+        base_url = f"http://127.0.0.1:{port}"
+        self._wait_listening(managed, base_url)
+        return base_url, managed
+
+    def start_worker(self, name: str, env: Mapping[str, str], extra: list[str]) -> Managed:
+        command = [sys.executable, "-m", "app.worker", "--queues", "webhook-queue", *extra]
+        return self.start("worker", name, command, env)
+
+    def _wait_listening(self, managed: Managed, base_url: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if managed.process.poll() is not None:
+                raise RuntimeError(f"{managed.name} exited with {managed.process.returncode}: see {managed.log}")
+            try:
+                # Any answer means the server is up (the ceiling has no /health).
+                httpx.get(f"{base_url}/health", timeout=0.5)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise TimeoutError(f"{managed.name} did not listen at {base_url} within {timeout:g} s: see {managed.log}")
+
+    def _ensure_monitor(self) -> None:
+        if self._monitor is None:
+            self._monitor = threading.Thread(target=self._watch, name="rss monitor", daemon=True)
+            self._monitor.start()
+
+    def _sample(self, managed: Managed) -> None:
+        for pid in managed.pids():
+            try:
+                rss = max(psutil.Process(pid).memory_info().rss, _hwm(pid))
+            except psutil.Error:
+                continue
+            managed.peak_rss = max(managed.peak_rss, rss)
+
+    def _watch(self) -> None:
+        while not self._stop_monitor.wait(0.25):
+            with self._lock:
+                current = list(self.running)
+            for managed in current:
+                self._sample(managed)
+
+    def stop(self, managed: Managed, timeout: float = 10.0) -> None:
+        self._sample(managed)
+        process = managed.process
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        with self._lock:
+            if managed in self.running:
+                self.running.remove(managed)
+                self.stopped.append(managed)
+
+    def stop_all(self) -> None:
+        for managed in reversed(list(self.running)):
+            self.stop(managed)
+        self._stop_monitor.set()
+
+    def peak_rss_mb(self, role: str) -> float:
+        with self._lock:
+            everyone = [*self.running, *self.stopped]
+        peaks = [managed.peak_rss for managed in everyone if managed.role == role]
+        return max(peaks) / 2**20 if peaks else float("nan")

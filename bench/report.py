@@ -1,0 +1,158 @@
+"""The table and the closing JSON line."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+REQUIRED_KEYS = (
+    "intake_rps",
+    "ceiling_rps",
+    "intake_ratio",
+    "intake_p99_ms",
+    "pipeline_p50_ms",
+    "pipeline_p99_ms",
+    "drain_eps_1w",
+    "drain_eps_2w",
+    "noop_eps",
+    "update_eps",
+    "recovery_tick_ms",
+    "retention_batch_ms_max",
+    "api_rss_mb",
+    "worker_rss_mb",
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: Callable[[dict[str, Any]], str]
+    reference: Callable[[dict[str, Any]], str]
+    target: str
+    ok: Callable[[dict[str, Any]], bool | None]
+
+
+def _f(key: str, digits: int = 0, unit: str = "") -> Callable[[dict[str, Any]], str]:
+    def show(results: dict[str, Any]) -> str:
+        value = results.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "n/a"
+        return f"{value:,.{digits}f}{unit}"
+
+    return show
+
+
+def _text(text: str) -> Callable[[dict[str, Any]], str]:
+    return lambda _: text
+
+
+def _check(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool | None]:
+    def ok(results: dict[str, Any]) -> bool | None:
+        try:
+            return bool(predicate(results))
+        except (KeyError, TypeError):
+            return None
+
+    return ok
+
+
+ROWS = (
+    Row(
+        "intake, Stripe (req/s at 64 conns)",
+        _f("intake_rps"),
+        lambda r: f"ceiling {_f('ceiling_rps')(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "intake ratio (product / ceiling)",
+        _f("intake_ratio", 2),
+        _text(""),
+        ">= 0.80",
+        _check(lambda r: r["intake_ratio"] >= 0.8),
+    ),
+    Row(
+        "intake p50 / p99 (ms)",
+        lambda r: f"{_f('intake_p50_ms', 1)(r)} / {_f('intake_p99_ms', 1)(r)}",
+        lambda r: f"ceiling {_f('ceiling_p50_ms', 1)(r)} / {_f('ceiling_p99_ms', 1)(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row("intake, Clerk (req/s)", _f("intake_clerk_rps"), _text(""), "", lambda r: None),
+    Row(
+        "pipeline p50 (ms, 200 -> processed_at)",
+        _f("pipeline_p50_ms", 1),
+        lambda r: f"{_f('pipeline_events')(r)} Clerk events at 200/s",
+        "<= 50",
+        _check(lambda r: r["pipeline_p50_ms"] <= 50),
+    ),
+    Row(
+        "pipeline p99 (ms)",
+        _f("pipeline_p99_ms", 1),
+        lambda r: f"max {_f('pipeline_max_ms', 0)(r)}",
+        "<= 500",
+        _check(lambda r: r["pipeline_p99_ms"] <= 500),
+    ),
+    Row(
+        "drain, 1 worker (Clerk events/s)",
+        _f("drain_eps_1w"),
+        lambda r: f"update job {_f('update_eps')(r)}, no-op {_f('noop_eps')(r)}",
+        ">= 0.5 x update",
+        _check(lambda r: r["drain_eps_1w"] >= 0.5 * r["update_eps"]),
+    ),
+    Row(
+        "drain, 2 workers (Clerk events/s)",
+        _f("drain_eps_2w"),
+        lambda r: f"x{r['drain_eps_2w'] / r['drain_eps_1w']:.2f}; update {_f('update_eps_2w')(r)}, "
+        f"no-op {_f('noop_eps_2w')(r)}"
+        if r.get("drain_eps_1w")
+        else "",
+        ">= 1.6 x 1 worker",
+        _check(lambda r: r["drain_eps_2w"] >= 1.6 * r["drain_eps_1w"]),
+    ),
+    Row(
+        "recovery tick (ms)",
+        _f("recovery_tick_ms", 1),
+        lambda r: f"{_f('recovery_requeued')(r)} requeued; idle tick {_f('recovery_idle_tick_ms', 1)(r)} ms",
+        "<= 50",
+        _check(lambda r: r["recovery_tick_ms"] <= 50),
+    ),
+    Row(
+        "retention batch, max (ms)",
+        _f("retention_batch_ms_max", 0),
+        lambda r: f"p50 {_f('retention_batch_ms_p50', 0)(r)} ms, {_f('retention_batches')(r)} batches",
+        "<= 500",
+        _check(lambda r: r["retention_batch_ms_max"] <= 500),
+    ),
+    Row("API peak RSS (MB)", _f("api_rss_mb", 0), _text(""), "<= 150", _check(lambda r: r["api_rss_mb"] <= 150)),
+    Row(
+        "worker peak RSS (MB)",
+        _f("worker_rss_mb", 0),
+        _text(""),
+        "<= 150",
+        _check(lambda r: r["worker_rss_mb"] <= 150),
+    ),
+)
+
+
+def table(results: dict[str, Any], header: str) -> str:
+    lines = [header, "", "| metric | value | same-run reference | target | |", "|---|--:|---|---|---|"]
+    for row in ROWS:
+        ok = row.ok(results)
+        mark = "" if ok is None else ("ok" if ok else "MISS")
+        lines.append(f"| {row.label} | {row.value(results)} | {row.reference(results)} | {row.target} | {mark} |")
+    return "\n".join(lines)
+
+
+def json_line(results: dict[str, Any]) -> str:
+    def clean(value: Any) -> Any:
+        if isinstance(value, float):
+            return None if math.isnan(value) else round(value, 3)
+        return value
+
+    ordered = {key: clean(results.get(key)) for key in REQUIRED_KEYS}
+    ordered.update({key: clean(value) for key, value in results.items() if key not in ordered})
+    return json.dumps(ordered, separators=(", ", ": "))
