@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import platform
 import signal
@@ -16,9 +17,10 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from bench import loadgen
-from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, MODES, ROOT, Run
+from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, MODES, ROOT, Mode, Run
 from bench.report import json_line, table
 
 PHASES = ("intake", "pipeline", "drain", "crons")
@@ -69,8 +71,22 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the run directory (process logs)")
     parser.add_argument("--profile", action="store_true", help="py-spy the API during intake, a worker during drains")
     parser.add_argument("--no-write", action="store_true", help="with --full: do not update bench/results/latest.md")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a mode field, e.g. --set intake_rounds=3 --set drain_events=5000 (see MODES in harness.py)",
+    )
     args = parser.parse_args()
     mode = MODES[args.mode or "quick"]
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in {field.name for field in dataclasses.fields(Mode)} or name == "name":
+            parser.error(f"--set {item!r}: no mode field {name!r}")
+        overrides[name] = type(getattr(mode, name))(value)
+    mode = dataclasses.replace(mode, **overrides)
     phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
     unknown = sorted(set(phases) - set(PHASES))
     if unknown:

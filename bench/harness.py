@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -72,10 +73,11 @@ class Mode:
     crons_pending: int
     pipeline_rate: float = 200.0
     connections: int = 64
+    reference_drains_2w: bool = True  # the no-op and UPDATE jobs by two workers too (for the record)
 
 
 MODES = {
-    "smoke": Mode("smoke", 1.0, 0.0, 1, 2.0, 0.5, 300, 5_000, 100),
+    "smoke": Mode("smoke", 1.0, 0.0, 1, 1.5, 0.5, 200, 5_000, 100, reference_drains_2w=False),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
     "full": Mode("full", 15.0, 3.0, 3, 60.0, 3.0, 20_000, 1_000_000, 1_000),
 }
@@ -128,6 +130,7 @@ class Run:
     api_url: str = field(init=False)
     api: Managed | None = None
     workers: list[Managed] = field(default_factory=list)
+    cpu_ms: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ set-up
 
@@ -138,6 +141,7 @@ class Run:
         self.namespace = f"bench{tag}:"
         self.db_name = f"bench_{tag}"
         self.processes = Processes(self.directory)
+        self.results.update(database=self.db_name, redis_namespace=self.namespace)
         admin = await asyncpg.connect(_asyncpg_dsn(self.database_url))
         try:
             await admin.execute(f'CREATE DATABASE "{self.db_name}"')
@@ -200,7 +204,8 @@ class Run:
 
     async def _reset_inbox(self) -> None:
         await self._drop_redis_keys()
-        await self.pool.execute("TRUNCATE webhook_event, workspace_member, workspace, app_user RESTART IDENTITY CASCADE")
+        tables = "webhook_event, workspace_member, workspace, app_user"
+        await self.pool.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
 
     async def _start_api(self) -> None:
         self.api_url, self.api = await asyncio.to_thread(
@@ -215,7 +220,11 @@ class Run:
         ceiling_env["REDIS_NAMESPACE"] = f"{self.namespace}ceiling:"
         api_task = asyncio.create_task(self._start_api())
         ceiling_url, ceiling = await asyncio.to_thread(
-            self.processes.start_uvicorn, "ceiling", "ceiling", "bench.ceiling_app:create_app", ceiling_env,
+            self.processes.start_uvicorn,
+            "ceiling",
+            "ceiling",
+            "bench.ceiling_app:create_app",
+            ceiling_env,
             self.api_workers,
         )
         await api_task
@@ -226,6 +235,9 @@ class Run:
         secret = self.env["STRIPE_WEBHOOK_SECRET"]
         cap = 12_000 if generator == "wrk" else 6_000  # deliveries per second a set is sized for
         runs: dict[str, list[loadgen.LoadResult]] = {"product": [], "ceiling": []}
+        cpu: dict[str, list[float]] = {"product": [], "ceiling": []}
+        assert self.api is not None
+        servers = {"product": self.api, "ceiling": ceiling}
         counter = 0
 
         async def measure(target: str, url: str, seconds: float, record: bool) -> None:
@@ -234,17 +246,21 @@ class Run:
             signed = stripe_set(secret, int(seconds * cap) + 1000, f"{target[0]}{counter:03d}")
             lines, template = signed.write(self.directory, f"stripe-{counter}")
             profiler = self._profile("api-intake", self.api, seconds) if record and target == "product" else None
+            server = servers[target]
+            cpu_before = _cpu_seconds(server)
             result = await loadgen.run_closed_loop(
                 url, lines, template, seconds=seconds, connections=mode.connections, use_wrk=self.use_wrk
             )
+            cpu_us = (_cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6
             if profiler:
                 await profiler
             lines.unlink()
             if record:
                 runs[target].append(result)
+                cpu[target].append(cpu_us)
                 self.log(
                     f"  intake {target:8s} {result.rps:8.0f} req/s  p50 {result.p50_ms:6.1f} ms  "
-                    f"p99 {result.p99_ms:6.1f} ms  errors {result.errors}"
+                    f"p99 {result.p99_ms:6.1f} ms  errors {result.errors}  server CPU {cpu_us:5.0f} us/request"
                 )
             if result.wraps:
                 self.notes.append(f"{target} intake ran out of pre-signed deliveries ({result.wraps} wraps)")
@@ -271,21 +287,26 @@ class Run:
             ceiling_rps=median("ceiling", "rps"),
             ceiling_p50_ms=median("ceiling", "p50_ms"),
             ceiling_p99_ms=median("ceiling", "p99_ms"),
+            intake_cpu_us=statistics.median(cpu["product"]),
+            ceiling_cpu_us=statistics.median(cpu["ceiling"]),
             intake_rounds=[round(result.rps) for result in runs["product"]],
             ceiling_rounds=[round(result.rps) for result in runs["ceiling"]],
         )
         self.results["intake_ratio"] = self.results["intake_rps"] / self.results["ceiling_rps"]
 
-        counter += 1
         clerk = clerk_set(self.env["CLERK_WEBHOOK_SIGNING_SECRET"], int(mode.intake_seconds * cap) + 1000, "ci")
         lines, template = clerk.write(self.directory, "clerk-intake")
         result = await loadgen.run_closed_loop(
-            self.api_url, lines, template, seconds=mode.intake_seconds, connections=mode.connections,
+            self.api_url,
+            lines,
+            template,
+            seconds=mode.intake_seconds,
+            connections=mode.connections,
             use_wrk=self.use_wrk,
         )
         self.log(f"  intake clerk    {result.rps:8.0f} req/s  p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms")
         self.results.update(intake_clerk_rps=result.rps, intake_clerk_p99_ms=result.p99_ms)
-        await asyncio.sleep(1.0)  # requests still in flight when the load generator stopped
+        await asyncio.sleep(min(1.0, mode.intake_seconds))  # requests in flight when the load generator stopped
         await self._reset_inbox()
 
     # ------------------------------------------------------------------ workers
@@ -297,12 +318,12 @@ class Run:
         await self._wait_workers_ready()
         return worker
 
-    async def _wait_workers_ready(self, timeout: float = 60.0) -> None:
+    async def _wait_workers_ready(self, within: float = 60.0) -> None:
         """Queue ping jobs until every worker process has run one: then each is polling."""
         key = ready_key(self.namespace)
         await self.redis.delete(key)
         wanted = {str(worker.process.pid) for worker in self.workers}
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         n = 0
         while time.monotonic() < deadline:
             for worker in self.workers:
@@ -316,17 +337,17 @@ class Run:
                 await self.resources.queue.add(BenchPingJob, BenchItem(id=n))
             await asyncio.sleep(0.05)
         else:
-            raise TimeoutError(f"workers not polling within {timeout:g} s: see {self.directory}")
-        await self._wait_queue_empty(timeout=30.0)
+            raise TimeoutError(f"workers not polling within {within:g} s: see {self.directory}")
+        await self._wait_queue_empty(within=30.0)
         await self.redis.delete(key)
 
-    async def _wait_queue_empty(self, timeout: float) -> float:
+    async def _wait_queue_empty(self, within: float) -> float:
         """Poll the queue every 5 ms until arq removed its last job (arq does that when a job finishes)."""
         key = self.namespace + QUEUE
-        deadline = time.perf_counter() + timeout
+        deadline = time.perf_counter() + within
         while await self.redis.zcard(key):
             if time.perf_counter() > deadline:
-                raise TimeoutError(f"{key} still holds {await self.redis.zcard(key)} jobs after {timeout:g} s")
+                raise TimeoutError(f"{key} still holds {await self.redis.zcard(key)} jobs after {within:g} s")
             await asyncio.sleep(0.005)
         return time.perf_counter()
 
@@ -385,7 +406,7 @@ class Run:
         """Make every held-back job due now; returns when that happened (perf_counter)."""
         started = time.perf_counter()
         now_ms = int(time.time() * 1000)
-        await self.redis.eval(_RELEASE_LUA, 1, self.namespace + QUEUE, now_ms)  # type: ignore[misc]
+        await self.redis.eval(_RELEASE_LUA, 1, self.namespace + QUEUE, str(now_ms))  # type: ignore[misc]
         return started
 
     async def _enqueue_all(self, job_cls: Any, items: Sequence[Any], ids: Callable[[Any], str | None]) -> None:
@@ -417,8 +438,10 @@ class Run:
             for before, after in zip(cpu_before, (process.cpu_times() for process in cpu), strict=True)
         ]
         rate = count / seconds
+        cpu_ms = sum(busy) / 100 * seconds / count * 1000
+        self.cpu_ms[label] = cpu_ms
         self.log(
-            f"  drain {label:12s} {count} jobs in {seconds:6.2f} s: {rate:7.0f} /s  "
+            f"  drain {label:12s} {count} jobs in {seconds:6.2f} s: {rate:7.0f} /s  {cpu_ms:5.2f} worker CPU ms/job "
             f"(worker CPU {', '.join(f'{b:.0f}%' for b in busy)}; machine {machine:.0f}% of {os.cpu_count()} cores)"
         )
         return rate
@@ -430,7 +453,8 @@ class Run:
             await connection.copy_records_to_table(
                 "webhook_event", records=records, columns=["provider", "event_id", "type", "payload"]
             )
-            ids = [row["id"] for row in await connection.fetch("SELECT id FROM webhook_event WHERE processed_at IS NULL")]
+            rows = await connection.fetch("SELECT id FROM webhook_event WHERE processed_at IS NULL")
+        ids = [row["id"] for row in rows]
         data = [ProcessWebhookEventData(event_row_id=row_id) for row_id in ids]
         await self._enqueue_all(ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
 
@@ -458,24 +482,38 @@ class Run:
             self.notes.append(f"update drain {suffix}: {done} of {count} rows updated once")
         return noop, update
 
+    async def _warm_up(self) -> None:
+        """A few Clerk events through every worker first: a fresh worker prepares its statements on the way."""
+        await self._reset_inbox()
+        await self._clerk_backlog(max(50, self.mode.drain_events // 20), "warm")
+        await self._release()
+        await self._wait_queue_empty(within=60.0)
+        await self._reset_inbox()
+
     async def drain(self) -> None:
         count = self.mode.drain_events
         if not self.workers:
             await self._start_worker()
-        await self._reset_inbox()
+        await self._warm_up()
         await self._clerk_backlog(count, "d1")
         self.results["drain_eps_1w"] = await self._drain("clerk 1w", count)
         await self._check_clerk(count, "1 worker")
         noop, update = await self._reference_drains("1w")
         self.results.update(noop_eps=noop, update_eps=update)
+        self.results.update(
+            drain_cpu_ms_1w=self.cpu_ms["clerk 1w"],
+            noop_cpu_ms=self.cpu_ms["noop 1w"],
+            update_cpu_ms=self.cpu_ms["update 1w"],
+        )
 
         await self._start_worker()
-        await self._reset_inbox()
+        await self._warm_up()
         await self._clerk_backlog(count, "d2")
         self.results["drain_eps_2w"] = await self._drain("clerk 2w", count)
         await self._check_clerk(count, "2 workers")
-        noop2, update2 = await self._reference_drains("2w")
-        self.results.update(noop_eps_2w=noop2, update_eps_2w=update2)
+        if self.mode.reference_drains_2w:
+            noop2, update2 = await self._reference_drains("2w")
+            self.results.update(noop_eps_2w=noop2, update_eps_2w=update2)
         for worker in list(self.workers):
             self.processes.stop(worker)
         self.workers = []
@@ -531,7 +569,9 @@ class Run:
         report = await maintenance.recover(self.resources)
         tick_ms = (time.perf_counter() - started) * 1000
         if report.requeued != mode.crons_pending or idle.requeued:
-            self.notes.append(f"recovery requeued {report.requeued} of {mode.crons_pending} (idle tick {idle.requeued})")
+            self.notes.append(
+                f"recovery requeued {report.requeued} of {mode.crons_pending} (idle tick: {idle.requeued})"
+            )
         await self._drop_redis_keys()
 
         batches: list[float] = []
@@ -560,7 +600,7 @@ class Run:
 
     def _profile(self, name: str, managed: Managed | None, seconds: float | None) -> asyncio.Task[None] | None:
         """``--profile``: py-spy (if installed) on one process while a phase runs; flame graph in the run dir."""
-        py_spy = shutil.which("py-spy") or str(Path(os.path.dirname(os.sys.executable)) / "py-spy")
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         if not self.profile or managed is None or not os.path.exists(py_spy):
             return None
         output = self.directory / f"profile-{name}.txt"
@@ -581,6 +621,16 @@ class Run:
             self.notes.append(f"py-spy profile of {managed.name}: {output}")
 
         return asyncio.create_task(run())
+
+
+def _cpu_seconds(managed: Managed) -> float:
+    """User + system CPU time of a process and its children (uvicorn --workers)."""
+    total = 0.0
+    for pid in managed.pids():
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
 
 
 @contextlib.contextmanager
@@ -611,8 +661,8 @@ def _timed_statements(durations: list[float]) -> Any:
         async with original(db) as connection:
             yield Timed(connection)
 
-    maintenance.driver_connection = timed_connection  # type: ignore[assignment]
+    maintenance.driver_connection = timed_connection
     try:
         yield
     finally:
-        maintenance.driver_connection = original  # type: ignore[assignment]
+        maintenance.driver_connection = original

@@ -15,7 +15,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,27 +109,27 @@ def _percentile(sorted_values: Sequence[float], fraction: float) -> float:
     return sorted_values[index]
 
 
-def _load_requests(lines: Path, template: Path) -> list[bytes]:
+def _load_set(lines: Path, template: Path) -> SignedSet:
     kind, path, prefix, suffix = template.read_text().split("\n")[:4]
     signed = SignedSet(kind, path, prefix, suffix, [])
     for line in lines.read_text().splitlines():
         event_id, token, ts, signature = line.split(" ")
         signed.lines.append((event_id, token, int(ts), signature))
-    return [request for _, request in signed.raw_requests()]
+    return signed
 
 
-async def closed_loop(host: str, port: int, requests: list[bytes], *, seconds: float, connections: int) -> dict:
+async def closed_loop(host: str, port: int, signed: SignedSet, *, seconds: float, connections: int) -> dict[str, int]:
     latencies: list[float] = []
     errors = 0
     wraps = 0
-    position = 0
+    requests = signed.raw_requests()
 
     def next_request() -> bytes:
-        nonlocal position, wraps
-        if position >= len(requests):
-            position, wraps = 0, wraps + 1
-        position += 1
-        return requests[position - 1]
+        nonlocal requests, wraps
+        for _, request in requests:
+            return request
+        requests, wraps = signed.raw_requests(), wraps + 1
+        return next(requests)[1]
 
     deadline = time.perf_counter() + seconds
 
@@ -203,11 +203,6 @@ async def paced(
     return results
 
 
-def chunks(items: Sequence[object], size: int) -> Iterator[Sequence[object]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Closed-loop HTTP/1.1 load (the fallback when wrk is absent).")
     parser.add_argument("url")
@@ -217,16 +212,16 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     args = parser.parse_args()
     host, _, port = args.url.removeprefix("http://").rstrip("/").partition(":")
-    requests = _load_requests(args.lines, args.template)
+    signed = _load_set(args.lines, args.template)
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
         import uvloop
 
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is in the pinned dependencies
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
         pass
-    result = asyncio.run(
-        closed_loop(host, int(port), requests, seconds=args.seconds, connections=args.connections)
-    )
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        result = runner.run(closed_loop(host, int(port), signed, seconds=args.seconds, connections=args.connections))
     print("BENCH_RESULT " + json.dumps(result), flush=True)
 
 

@@ -81,6 +81,13 @@ ROWS = (
         "",
         lambda r: None,
     ),
+    Row(
+        "API CPU per request (us)",
+        _f("intake_cpu_us"),
+        lambda r: f"ceiling {_f('ceiling_cpu_us')(r)}",
+        "",
+        lambda r: None,
+    ),
     Row("intake, Clerk (req/s)", _f("intake_clerk_rps"), _text(""), "", lambda r: None),
     Row(
         "pipeline p50 (ms, 200 -> processed_at)",
@@ -104,12 +111,21 @@ ROWS = (
         _check(lambda r: r["drain_eps_1w"] >= 0.5 * r["update_eps"]),
     ),
     Row(
+        "worker CPU per job (ms)",
+        _f("drain_cpu_ms_1w", 2),
+        lambda r: f"update job {_f('update_cpu_ms', 2)(r)}, no-op {_f('noop_cpu_ms', 2)(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row(
         "drain, 2 workers (Clerk events/s)",
         _f("drain_eps_2w"),
-        lambda r: f"x{r['drain_eps_2w'] / r['drain_eps_1w']:.2f}; update {_f('update_eps_2w')(r)}, "
-        f"no-op {_f('noop_eps_2w')(r)}"
-        if r.get("drain_eps_1w")
-        else "",
+        lambda r: (
+            f"x{r['drain_eps_2w'] / r['drain_eps_1w']:.2f}; update {_f('update_eps_2w')(r)}, "
+            f"no-op {_f('noop_eps_2w')(r)}"
+            if r.get("drain_eps_1w")
+            else ""
+        ),
         ">= 1.6 x 1 worker",
         _check(lambda r: r["drain_eps_2w"] >= 1.6 * r["drain_eps_1w"]),
     ),
