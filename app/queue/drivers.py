@@ -14,8 +14,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from arq.connections import ArqRedis
-from arq.constants import in_progress_key_prefix, job_key_prefix
-from arq.utils import timestamp_ms
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from arq.utils import timestamp_ms, to_ms
 from redis.exceptions import RedisError
 
 from app.core.redis import FAST_TIMEOUT_SECONDS
@@ -46,6 +47,21 @@ def make_arq_redis(url: str, *, timeout: float) -> ArqRedis:
     return redis
 
 
+# arq's ``enqueue_job`` in one round trip: it WATCHes the job key, checks that
+# neither the job nor its result exists, then MULTI/PSETEX/ZADD/EXEC (three
+# round trips, and a connection pinned in between). The script does the same
+# check-and-write atomically, writing the same keys with the same bytes.
+# KEYS: job key, result key, queue. ARGV: serialized job, expiry (ms), score, job id.
+_ENQUEUE_LUA = """
+if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
+  return 0
+end
+redis.call('PSETEX', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+return 1
+"""
+
+
 def _redacted(url: str) -> str:
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.rpartition('@')[2]}"
@@ -56,6 +72,7 @@ class ArqQueue:
         self.settings = resources.settings
         self.timeout = timeout
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout)
+        self._enqueue = self.redis.register_script(_ENQUEUE_LUA)
 
     async def add(
         self,
@@ -66,32 +83,46 @@ class ArqQueue:
         delay: timedelta | None = None,
         deduplication_id: str | None = None,
     ) -> str | None:
+        keys, args = self._enqueue_call(job_cls, data, retry_limit, delay, deduplication_id)
+        try:
+            async with asyncio.timeout(self.timeout):
+                queued = await self._enqueue(keys=keys, args=args)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise self._unavailable(job_cls, exc) from exc
+        return self._queued_id(job_cls, queued, args[3])
+
+    def _enqueue_call(
+        self,
+        job_cls: type[Job[Any]],
+        data: Any,
+        retry_limit: int | None,
+        delay: timedelta | None,
+        deduplication_id: str | None,
+    ) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of ``_ENQUEUE_LUA``: what arq's ``enqueue_job`` would write."""
         raw = job_cls.encode_data(data)
         policy = job_cls.retry_policy(self.settings)
         limit = policy.retry_limit if retry_limit is None else retry_limit
         defer = delay.total_seconds() if delay else 0.0
         job_id = self.settings.redis_namespace + (deduplication_id or uuid.uuid4().hex)
-        enqueue = self.redis.enqueue_job(
-            job_cls.name(),
-            raw,
-            _job_id=job_id,
-            _queue_name=queue_key(self.settings, job_cls.queue),
-            _defer_by=defer or None,
-            _expires=expires_after_seconds(policy, limit, defer),
-            retry_limit=limit,
-        )
-        try:
-            job = await asyncio.wait_for(enqueue, self.timeout)
-        except (TimeoutError, RedisError, OSError) as exc:
-            raise QueueUnavailableError(
-                f"Could not queue {job_cls.name()}: Redis at {_redacted(self.settings.require_redis_url())} "
-                f"did not accept it within {self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'}). "
-                "The job was not queued; check that Redis is running and REDIS_URL points at it."
-            ) from exc
-        if job is None:
+        enqueued_ms = timestamp_ms()
+        job = serialize_job(job_cls.name(), (raw,), {"retry_limit": limit}, None, enqueued_ms, serializer=serialize)
+        keys = [job_key_prefix + job_id, result_key_prefix + job_id, queue_key(self.settings, job_cls.queue)]
+        expires_ms = to_ms(expires_after_seconds(policy, limit, defer))
+        return keys, [job, expires_ms, enqueued_ms + (to_ms(defer) or 0), job_id]
+
+    def _queued_id(self, job_cls: type[Job[Any]], queued: Any, job_id: str) -> str | None:
+        if not queued:
             logger.debug("%s %s is already queued or running: not queued again.", job_cls.name(), job_id)
             return None
         return job_id
+
+    def _unavailable(self, job_cls: type[Job[Any]], exc: BaseException) -> QueueUnavailableError:
+        return QueueUnavailableError(
+            f"Could not queue {job_cls.name()}: Redis at {_redacted(self.settings.require_redis_url())} "
+            f"did not accept it within {self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'}). "
+            "The job was not queued; check that Redis is running and REDIS_URL points at it."
+        )
 
     async def state(self, deduplication_id: str) -> JobState:
         job_id = self.settings.redis_namespace + deduplication_id
