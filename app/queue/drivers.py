@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,21 @@ class ArqQueue:
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._unavailable(job_cls, exc) from exc
         return self._queued_id(job_cls, queued, args[3])
+
+    async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
+        """``add`` for several jobs of one class (data, deduplication id) in one pipelined round trip."""
+        if not items:
+            return []
+        calls = [self._enqueue_call(job_cls, data, None, None, dedup) for data, dedup in items]
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for keys, args in calls:
+                        await self._enqueue(keys=keys, args=args, client=pipe)
+                    results = await pipe.execute()
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise self._unavailable(job_cls, exc) from exc
+        return [self._queued_id(job_cls, queued, args[3]) for queued, (_, args) in zip(results, calls, strict=True)]
 
     def _enqueue_call(
         self,
@@ -181,6 +197,9 @@ class SyncQueue:
         finally:
             self._running.discard(job_id)
         return job_id
+
+    async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
+        return [await self.add(job_cls, data, deduplication_id=dedup) for data, dedup in items]
 
     async def state(self, deduplication_id: str) -> JobState:
         job_id = self.resources.settings.redis_namespace + deduplication_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
@@ -24,6 +25,13 @@ class MessageQueue(Protocol):
 
         Never waits more than about a second on an unreachable Redis: raises
         ``QueueUnavailableError`` instead.
+        """
+        ...
+
+    async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
+        """``add`` for several jobs of one class, given as (data, deduplication id): per job, its id or ``None``.
+
+        One round trip to Redis instead of one per job (the recovery cron queues pages of events).
         """
         ...
 

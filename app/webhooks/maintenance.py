@@ -76,13 +76,13 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         for row in set_aside:
             alert_set_aside(row)
         report.set_aside += len(set_aside)
-        for row in rows:
-            if row["id"] in exhausted:
-                continue
-            if await queue_event(resources, row["id"]):
-                report.requeued += 1
-            else:
-                report.already_queued += 1
+        due = [row["id"] for row in rows if row["id"] not in exhausted]
+        queued = await resources.queue.add_many(  # one round trip per page, not one per event
+            ProcessWebhookEventJob,
+            [(ProcessWebhookEventData(event_row_id=row_id), deduplication_id(row_id)) for row_id in due],
+        )
+        report.requeued += sum(job_id is not None for job_id in queued)
+        report.already_queued += sum(job_id is None for job_id in queued)
         if len(rows) < RECOVERY_PAGE_SIZE:
             return report
         last_received, last_id = rows[-1]["received_at"], rows[-1]["id"]
