@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, update
+from sqlalchemy import Table, bindparam, func, update
 
 from app.core.resources import Resources
 from app.queue.errors import PermanentError
@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 _LOCK_BASE = 0x5745 << 48
 _ERROR_MAX_CHARS = 4000
 
+# The claimed row comes back whole: the handler's event is built from it, not read again.
 _CLAIM = """
 WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($2) AS got),
 counted AS (
@@ -33,11 +34,17 @@ counted AS (
     FROM lock
     WHERE webhook_event.id = $1 AND lock.got
       AND webhook_event.processed_at IS NULL AND webhook_event.abandoned_at IS NULL
-    RETURNING webhook_event.attempts
+    RETURNING webhook_event.id, webhook_event.provider, webhook_event.event_id, webhook_event.type,
+              webhook_event.payload, webhook_event.received_at, webhook_event.attempts, webhook_event.last_error
 )
-SELECT lock.got, (SELECT attempts FROM counted) AS attempts FROM lock
+SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true
 """
 _RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
+# Built once (a Core statement, no ORM synchronisation): it commits with the handler's own writes.
+_TABLE = cast(Table, WebhookEvent.__table__)
+_MARK_PROCESSED = (
+    update(_TABLE).where(_TABLE.c.id == bindparam("row_id")).values(processed_at=func.now(), last_error=None)
+)
 _UNLOCK = "SELECT pg_advisory_unlock($1)"
 
 
@@ -67,14 +74,31 @@ async def _claimed_attempt(resources: Resources, row_id: int, bookkeeping: Any, 
         if claim["attempts"] is None:
             logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
             return
-        await _attempt(resources, row_id, connection)
+        await _attempt(resources, _event(claim), connection)
     finally:
         await _unlock(bookkeeping, connection, lock_key)
 
 
-async def _attempt(resources: Resources, row_id: int, connection: Any) -> None:
+def _event(claim: Any) -> WebhookEvent:
+    """The claimed row as the handler sees it (unprocessed, not set aside, this attempt counted)."""
+    return WebhookEvent(
+        id=claim["id"],
+        provider=claim["provider"],
+        event_id=claim["event_id"],
+        type=claim["type"],
+        payload=claim["payload"],
+        received_at=claim["received_at"],
+        processed_at=None,
+        attempts=claim["attempts"],
+        last_error=claim["last_error"],
+        abandoned_at=None,
+    )
+
+
+async def _attempt(resources: Resources, event: WebhookEvent, connection: Any) -> None:
+    row_id = event.id
     try:
-        await _run_handler(resources, row_id)
+        await _run_handler(resources, event)
     except asyncio.CancelledError:
         await connection.execute(_RECORD_ERROR, row_id, "Cancelled: the attempt hit its time limit or a shutdown")
         raise
@@ -83,22 +107,17 @@ async def _attempt(resources: Resources, row_id: int, connection: Any) -> None:
         raise
 
 
-async def _run_handler(resources: Resources, row_id: int) -> None:
+async def _run_handler(resources: Resources, event: WebhookEvent) -> None:
+    handler = find_handler(resources.modules, event.provider)
+    if handler is None:
+        raise PermanentError(
+            f"No handler for {event.provider!r} webhook events in the loaded modules: "
+            "list the module that owns them in app/worker/modules.py."
+        )
     async with resources.db.session() as session:
-        event = await session.get(WebhookEvent, row_id)
-        if event is None:
-            return
-        handler = find_handler(resources.modules, event.provider)
-        if handler is None:
-            raise PermanentError(
-                f"No handler for {event.provider!r} webhook events in the loaded modules: "
-                "list the module that owns them in app/worker/modules.py."
-            )
         context = WebhookContext(resources=resources, session=session, event=event)
         await handler(context)
-        await session.execute(
-            update(WebhookEvent).where(WebhookEvent.id == row_id).values(processed_at=func.now(), last_error=None)
-        )
+        await session.execute(_MARK_PROCESSED, {"row_id": event.id})
         await session.commit()
     await context.flush_after_commit()
 
