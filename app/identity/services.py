@@ -16,12 +16,13 @@ deletion arrived, before or after the changes it follows.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, or_, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import CompoundSelect, Table, bindparam, func, or_, select
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.identity.models import AppUser, Workspace, WorkspaceMember
@@ -58,43 +59,71 @@ def _key_column(model: ClerkModel) -> str:
     return {AppUser: "clerk_user_id", Workspace: "clerk_org_id", WorkspaceMember: "clerk_membership_id"}[model]
 
 
-async def apply_change(session: AsyncSession, model: ClerkModel, change: ClerkChange) -> None:
-    key = _key_column(model)
-    row = {key: change.key, **change.fields, "clerk_updated_at": change.updated_at}
-    statement = insert(model).values(**row, **change.insert_only)
-    table = model.__table__
-    await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=[key],
-            set_={name: statement.excluded[name] for name in row if name != key},
-            where=or_(
-                table.c.clerk_updated_at.is_(None),
-                table.c.clerk_updated_at < statement.excluded.clerk_updated_at,
-            ),
-        )
+# The statements are built once per model and column set and run with parameters: building an
+# INSERT ... ON CONFLICT per event cost more CPU than running it (make bench, Clerk drain profile).
+
+
+def _table(model: ClerkModel) -> Table:
+    return cast(Table, model.__table__)
+
+
+@functools.cache
+def _change_statement(model: ClerkModel, columns: tuple[str, ...], insert_only: tuple[str, ...]) -> Insert:
+    key, table = _key_column(model), _table(model)
+    statement = insert(table).values({name: bindparam(name) for name in (*columns, *insert_only)})
+    return statement.on_conflict_do_update(
+        index_elements=[key],
+        set_={name: statement.excluded[name] for name in columns if name != key},
+        where=or_(table.c.clerk_updated_at.is_(None), table.c.clerk_updated_at < statement.excluded.clerk_updated_at),
     )
 
 
-async def apply_deletion(session: AsyncSession, model: ClerkModel, deletion: ClerkDeletion) -> None:
-    key = _key_column(model)
-    statement = insert(model).values({key: deletion.key, "deleted_at": deletion.deleted_at, **deletion.insert_only})
-    table = model.__table__
+@functools.cache
+def _deletion_statement(model: ClerkModel, insert_only: tuple[str, ...]) -> Insert:
+    key, table = _key_column(model), _table(model)
+    statement = insert(table).values({name: bindparam(name) for name in (key, "deleted_at", *insert_only)})
     # LEAST ignores NULL in Postgres: the first deletion stamps it, a repeat keeps the earliest time.
+    return statement.on_conflict_do_update(
+        index_elements=[key], set_={"deleted_at": func.least(table.c.deleted_at, statement.excluded.deleted_at)}
+    )
+
+
+@functools.cache
+def _ensure_statement(model: type[AppUser] | type[Workspace], columns: tuple[str, ...]) -> CompoundSelect:
+    """Insert if missing and return the id, in one statement (the row may exist, be new, or both)."""
+    key, table = _key_column(model), _table(model)
+    inserted = (
+        insert(table)
+        .values({name: bindparam(name) for name in columns})
+        .on_conflict_do_nothing(index_elements=[key])
+        .returning(table.c.id)
+        .cte("inserted")
+    )
+    existing = select(table.c.id).where(table.c[key] == bindparam("lookup_key"))
+    return select(inserted.c.id).union_all(existing).limit(1)
+
+
+async def apply_change(session: AsyncSession, model: ClerkModel, change: ClerkChange) -> None:
+    row = {_key_column(model): change.key, **change.fields, "clerk_updated_at": change.updated_at}
+    statement = _change_statement(model, tuple(row), tuple(change.insert_only))
+    await session.execute(statement, {**row, **change.insert_only})
+
+
+async def apply_deletion(session: AsyncSession, model: ClerkModel, deletion: ClerkDeletion) -> None:
+    statement = _deletion_statement(model, tuple(deletion.insert_only))
     await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=[key],
-            set_={"deleted_at": func.least(table.c.deleted_at, statement.excluded.deleted_at)},
-        )
+        statement, {_key_column(model): deletion.key, "deleted_at": deletion.deleted_at, **deletion.insert_only}
     )
 
 
 async def ensure_row(session: AsyncSession, model: type[AppUser] | type[Workspace], key: str, **fields: Any) -> int:
     """The row's id, inserting a minimal row (no ``clerk_updated_at``) if Clerk's own event has not come yet."""
     key_column = _key_column(model)
-    await session.execute(
-        insert(model).values({key_column: key, **fields}).on_conflict_do_nothing(index_elements=[key_column])
-    )
-    row_id = await session.scalar(select(model.id).where(getattr(model, key_column) == key))
+    values = {key_column: key, **fields}
+    row_id = await session.scalar(_ensure_statement(model, tuple(values)), {**values, "lookup_key": key})
+    if row_id is None:
+        # A concurrent transaction committed the row after this statement's snapshot: read it now.
+        row_id = await session.scalar(select(model.id).where(getattr(model, key_column) == key))
     if row_id is None:  # pragma: no cover - the insert above or a committed one guarantees it
         raise RuntimeError(f"{model.__tablename__} row {key} neither inserted nor found")
     return int(row_id)
@@ -110,9 +139,17 @@ class MemberLimitResult:
         return bool(self.suspended or self.restored)
 
 
+_LOCK_WORKSPACE = select(Workspace).where(Workspace.id == bindparam("workspace_id")).with_for_update()
+_ACTIVE_MEMBERS = (
+    select(WorkspaceMember)
+    .where(WorkspaceMember.workspace_id == bindparam("workspace_id"), WorkspaceMember.deleted_at.is_(None))
+    .order_by(WorkspaceMember.created_at, WorkspaceMember.id)
+)
+
+
 async def lock_workspace(session: AsyncSession, workspace_id: int) -> Workspace | None:
     """Every transaction that changes a workspace's members locks the workspace first (no deadlocks)."""
-    return await session.scalar(select(Workspace).where(Workspace.id == workspace_id).with_for_update())
+    return await session.scalar(_LOCK_WORKSPACE, {"workspace_id": workspace_id})
 
 
 async def apply_member_limit(session: AsyncSession, workspace_id: int) -> MemberLimitResult:
@@ -126,11 +163,7 @@ async def apply_member_limit(session: AsyncSession, workspace_id: int) -> Member
     result = MemberLimitResult()
     if workspace is None:
         return result
-    members = await session.scalars(
-        select(WorkspaceMember)
-        .where(WorkspaceMember.workspace_id == workspace_id, WorkspaceMember.deleted_at.is_(None))
-        .order_by(WorkspaceMember.created_at, WorkspaceMember.id)
-    )
+    members = await session.scalars(_ACTIVE_MEMBERS, {"workspace_id": workspace_id})
     now = datetime.now(UTC)
     for position, member in enumerate(members):
         has_seat = position < workspace.member_limit
