@@ -4,6 +4,10 @@ The lock is taken before the read, so two syncs of one workspace (two workers,
 two events) run one after the other and the later one reads, and writes, the
 later state: the order events arrive in does not matter. The caller's
 transaction (the webhook pipeline's) commits the write and releases the lock.
+
+Every sync of a customer first takes a lock on the customer itself (see
+``lock_customer``): the row lock cannot cover a workspace that a checkout is
+linking to the customer at that moment.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -32,6 +36,8 @@ _MIRRORS: dict[MirrorKind, type[BillingDispute] | type[BillingRefund] | type[Bil
     "early_fraud_warning": BillingFraudWarning,
 }
 _MAX_BIGINT_DIGITS = 18
+# Advisory-lock class of Stripe customers (two-key locks: apart from every one-key lock, e.g. the inbox's).
+_CUSTOMER_LOCK_CLASS = 0x5354
 
 
 @dataclass(frozen=True)
@@ -79,10 +85,23 @@ async def _sync_locked(
     return BillingSync(workspace.id, previous, workspace.member_limit)
 
 
+async def lock_customer(session: AsyncSession, customer_id: str) -> None:
+    """Serialise every sync of one Stripe customer, linked or not, until the transaction ends.
+
+    A sync finds its workspace by ``stripe_customer_id``; while a checkout is
+    linking that customer (uncommitted), the lookup sees no workspace, and the
+    event would be processed as "nothing to sync": if Stripe changed after the
+    checkout's read, that change was lost. Both take this lock first, so the
+    event waits for the checkout to commit, then sees the link and reads Stripe.
+    """
+    await session.execute(select(func.pg_advisory_xact_lock(_CUSTOMER_LOCK_CLASS, func.hashtext(customer_id))))
+
+
 async def sync_customer(
     session: AsyncSession, gateway: StripeGateway, customer_id: str, free_plan_member_limit: int
 ) -> BillingSync | None:
     """Copy the customer's current billing state onto its workspace, under the workspace's row lock."""
+    await lock_customer(session, customer_id)
     workspace = await session.scalar(
         select(Workspace).where(Workspace.stripe_customer_id == customer_id).with_for_update()
     )
@@ -141,6 +160,7 @@ async def link_checkout(
         return None
     if checkout.client_reference_id is None:
         return await sync_customer(session, gateway, checkout.customer_id, free_plan_member_limit)
+    await lock_customer(session, checkout.customer_id)
     workspace = await _lock_referenced_workspace(session, session_id, checkout.client_reference_id)
     await _link_customer(session, workspace, checkout.customer_id, session_id)
     return await _sync_locked(session, workspace, gateway, free_plan_member_limit)

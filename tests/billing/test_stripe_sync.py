@@ -10,9 +10,10 @@ from arq import Retry
 from app.core.resources import Resources
 from app.identity.models import Workspace
 from app.queue.errors import PermanentError
-from app.testing import process_delivery, read_inbox_row
+from app.testing import process_delivery, read_inbox_row, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
 from tests.billing.conftest import OpenResources, subscription_delivery, worker_try, workspace_row
+from tests.factories import WorkspaceFactory, persist
 
 
 async def test_out_of_order_subscription_events_end_at_stripes_current_state(
@@ -71,6 +72,43 @@ async def test_two_syncs_of_one_workspace_run_one_after_the_other(
     assert elapsed >= 1.0  # two 0.5 s reads, one after the other
     row = await workspace_row(first, linked_workspace.id)
     assert (row.seat_quantity, row.member_limit) == (7, 7)
+
+
+async def test_an_event_arriving_while_a_checkout_links_its_customer_syncs_after_the_checkout(
+    open_resources: OpenResources, stripe_stub: StripeStub, webhook_secrets: dict[str, str]
+) -> None:
+    """Before the link commits, a lookup by customer finds no workspace: the event must wait for the checkout,
+    not be processed as "nothing to sync" (the change it announces would be lost: the checkout read earlier)."""
+    checkout_worker, event_worker = await open_resources(), await open_resources()
+    workspace = await persist(checkout_worker.db, WorkspaceFactory.build())
+    stripe_stub.put_customer("cus_new")
+    stripe_stub.put_subscription("cus_new", id="sub_1", quantity=2)
+    stripe_stub.put_checkout_session("cs_1", customer="cus_new", client_reference_id=str(workspace.id))
+    stripe_stub.slow("/v1/customers/cus_new", seconds=0.5, times=2)  # each sync's first read takes 0.5 s
+    secret = webhook_secrets["stripe"]
+    checkout = signed_stripe_delivery(
+        stripe_event("checkout.session.completed", stripe_object("checkout.session", id="cs_1")), secret
+    )
+
+    async def event_while_linking() -> None:
+        for _ in range(500):  # until the checkout has linked (uncommitted) and waits on its customer read
+            if ("GET", "/v1/customers/cus_new") in stripe_stub.requests:
+                break
+            await asyncio.sleep(0.01)
+        assert (await process_delivery(event_worker, subscription_delivery(secret, "cus_new", id="sub_1"))).processed
+
+    async def change_stripe_after_the_checkout_commits() -> None:
+        await _wait_for_seats(checkout_worker, workspace.id, 2)
+        stripe_stub.put_subscription("cus_new", id="sub_1", quantity=7)
+
+    await asyncio.gather(
+        process_delivery(checkout_worker, checkout), event_while_linking(), change_stripe_after_the_checkout_commits()
+    )
+
+    reads = [path for _, path in stripe_stub.requests]
+    assert reads == ["/v1/checkout/sessions/cs_1", *["/v1/customers/cus_new", "/v1/subscriptions"] * 2]
+    row = await workspace_row(checkout_worker, workspace.id)
+    assert (row.stripe_customer_id, row.seat_quantity, row.member_limit) == ("cus_new", 7, 7)
 
 
 async def test_stripe_500_then_200_is_processed_after_a_retry(
