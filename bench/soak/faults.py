@@ -8,10 +8,11 @@
 | 55% | Redis restart: SIGTERM (it writes its append-only file), a pause, start on the same port |
 | 70% | SIGTERM of worker 2: it must finish its jobs and exit 0 within its grace period; started again |
 
-Postgres goes first and the doomed events are sent only once it is back: a try
-that cannot reach Postgres is not counted as an attempt, so a doomed event
-caught by it would need a second round (and a second recovery tick, a minute)
-to reach its attempts. Every other fault leaves the count exact.
+Postgres goes first and the doomed events are sent only once it is back (and
+the processes' pools have dropped their dead connections): a try that cannot
+reach Postgres is not counted as an attempt, so a doomed event caught by it
+would need a second round (and a second recovery tick, a minute) to reach its
+attempts. Every other fault leaves the count exact.
 """
 
 from __future__ import annotations

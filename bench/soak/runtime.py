@@ -110,6 +110,11 @@ class Db:
         return None
 
 
+# After Postgres is back, each pooled connection of a process fails once (then leaves the pool): the doomed
+# events start once the load has drawn those, so that each of their tries counts as an attempt.
+POOL_HEAL_SECONDS = 5.0
+
+
 class Driver:
     """Runs every scenario of the plan at its time; the load loop is the sum of them."""
 
@@ -253,6 +258,7 @@ class Driver:
         event = single.event
         if single.dispute_id is not None:  # doomed: Stripe answers 500 for this dispute, forever
             await self.postgres_back.wait()
+            await asyncio.sleep(POOL_HEAL_SECONDS)
             await self.stub.fault("fail", path_prefix=f"/v1/disputes/{single.dispute_id}", status=500, times=None)
             dispute = stripe_object("dispute", id=single.dispute_id, charge=random_id("ch"))
             await self._send_stripe(event, dispute)
