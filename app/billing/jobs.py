@@ -26,6 +26,9 @@ class ApplyWorkspaceMemberLimitJob(Job[ApplyWorkspaceMemberLimitData]):
     """
 
     queue = QueueName.BILLING
+    # A few statements under one row lock. The timeout also bounds how long a run lost with its worker (SIGKILL,
+    # or a Redis restart while it ran) waits to run again: with the 300 s default, seats stayed unenforced ~5 min.
+    timeout_seconds = 30
 
     async def handle(self, data: ApplyWorkspaceMemberLimitData) -> None:
         async with self.resources.db.session() as session:

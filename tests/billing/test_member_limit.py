@@ -11,6 +11,7 @@ from app.core.resources import Resources
 from app.identity.models import Workspace, WorkspaceMember
 from app.testing import process_delivery
 from app.testing.stripe_stub import StripeStub
+from app.worker.arq_worker import rerun_after_kill_seconds
 from tests.billing.conftest import subscription_delivery
 from tests.factories import AppUserFactory, WorkspaceMemberFactory, persist
 
@@ -75,3 +76,9 @@ async def test_running_the_job_twice_changes_nothing(worker: Resources, linked_w
 
     assert sum(at is not None for at in once.values()) == 2
     assert twice == once
+
+
+async def test_a_run_lost_with_its_worker_runs_again_within_a_minute(worker: Resources) -> None:
+    """A SIGKILLed worker, or Redis restarting while the job ran, leaves its in-progress mark until the job's
+    timeout (plus arq's margins) has passed: only then does another worker run it, and apply the seats."""
+    assert rerun_after_kill_seconds(ApplyWorkspaceMemberLimitJob, worker) <= 60
