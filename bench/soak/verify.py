@@ -111,16 +111,18 @@ class Verifier:
                 alerts = read_alerts(self.cluster.sentry_file)
                 alerted = sum(1 for event_id in doomed_ids if alerts[event_id] >= 1)
                 try:
+                    queued = [job for q in DRAINED_QUEUES for job in await redis.zrange(REDIS_NAMESPACE + q, 0, 4)]
                     waiting = sum([await redis.zcard(REDIS_NAMESPACE + queue) for queue in DRAINED_QUEUES])
                 except OSError:
-                    waiting = -1
+                    queued, waiting = [], -1
                 if pending == 0 and aside == len(doomed_ids) and alerted == len(doomed_ids) and waiting == 0:
                     return time.monotonic() - started
                 if time.monotonic() - last_report > 10:
                     last_report = time.monotonic()
+                    jobs = f" ({', '.join(job.decode() for job in queued)})" if queued and not pending else ""
                     print(
                         f"soak: draining: {pending} pending, {aside}/{len(doomed_ids)} doomed set aside, "
-                        f"{alerted} alerted, {waiting} jobs queued",
+                        f"{alerted} alerted, {waiting} jobs queued{jobs}",
                         flush=True,
                     )
                 await asyncio.sleep(1.0)
