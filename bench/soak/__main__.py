@@ -62,7 +62,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
         plan = build_plan(config)
         say(
             f"plan: {plan.planned_deliveries:,} deliveries of {sum(1 for _ in plan.events()):,} distinct events "
-            f"over {config.send_seconds:.0f} s; faults at 10/25/40/55/70% of it"
+            f"over {config.send_seconds:.0f} s; faults from 10% of it on (Postgres, Redis, SIGKILL, Stripe, SIGTERM)"
         )
         rng = random.Random(config.seed + 1)
         sender = Sender(config, cluster.api_urls, secrets, rng)
@@ -74,8 +74,8 @@ async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
         driver.origin = time.monotonic()
         fault_task = asyncio.create_task(faults.run())
         span = config.send_seconds
-        # Between the Postgres restart and the Redis restart (the limiter fails open while Redis is down).
-        noisy_task = asyncio.create_task(sender.noisy(0.25 * span, 0.50 * span, driver.origin))
+        # Once Redis is back (the limiter fails open while it is down), over a quarter of the sending time.
+        noisy_task = asyncio.create_task(sender.noisy(0.30 * span, 0.25 * span, driver))
         await driver.run()
         await noisy_task
         if not await sender.wait_idle(config.resend_deadline_seconds + 30):

@@ -3,16 +3,19 @@
 | at  | fault |
 |-----|-------|
 | 10% | Postgres crash: immediate shutdown (SIGQUIT), a pause, start (crash recovery) on the same port |
-| 25% | SIGKILL of worker 1, started again after a few seconds |
-| 40% | Stripe stub outage: the process killed, a new one (same state) listens again seconds later |
-| 55% | Redis restart: SIGTERM (it writes its append-only file), a pause, start on the same port |
+| 25% | Redis restart: SIGTERM (it writes its append-only file), a pause, start on the same port |
+| 40% | SIGKILL of worker 1, started again after a few seconds |
+| 55% | Stripe stub outage: the process killed, a new one (same state) listens again seconds later |
 | 70% | SIGTERM of worker 2: it must finish its jobs and exit 0 within its grace period; started again |
 
-Postgres goes first and the doomed events are sent only once it is back (and
-the processes' pools have dropped their dead connections): a try that cannot
-reach Postgres is not counted as an attempt, so a doomed event caught by it
-would need a second round (and a second recovery tick, a minute) to reach its
-attempts. Every other fault leaves the count exact.
+Each fault starts once the one before has healed (in the short run that can be
+later than its share). Postgres and Redis go first, and the doomed events are
+sent only once both are back and the processes' pools have dropped their dead
+connections: a try that cannot reach Postgres is not counted as an attempt,
+and an event stored while Redis is down waits for a recovery tick before its
+first try, so a doomed event caught by either would need a second round (and
+a second tick, a minute) to be set aside. The noisy client waits for Redis too
+(the limiter fails open while Redis is down).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from bench.soak.cluster import Cluster
 from bench.soak.config import SoakConfig
 from bench.soak.runtime import Driver, StubControl
 
-STRIPE_OUTAGE_AT = 0.40
+STRIPE_OUTAGE_AT = 0.55
 
 
 @dataclass
@@ -51,9 +54,9 @@ class Faults:
         driver.quiet_windows.append((outage - 8.0, outage + config.stripe_outage_seconds + 12.0))
         self.schedule = [
             (0.10, "Postgres restart", self.restart_postgres),
-            (0.25, "SIGKILL worker", self.kill_worker),
+            (0.25, "Redis restart", self.restart_redis),
+            (0.40, "SIGKILL worker", self.kill_worker),
             (STRIPE_OUTAGE_AT, "Stripe stub outage", self.stripe_outage),
-            (0.55, "Redis restart", self.restart_redis),
             (0.70, "SIGTERM worker", self.stop_worker),
         ]
 
@@ -67,6 +70,7 @@ class Faults:
             except Exception as exc:  # the soak's own failure to inject or heal: counted, the run goes on
                 note, ok = f"could not inject or heal: {type(exc).__name__}: {exc}", False
                 self.driver.postgres_back.set()
+                self.driver.redis_back.set()
             self.records.append(FaultRecord(name, began, time.monotonic() - started, note, ok))
 
     async def kill_worker(self) -> tuple[str, bool]:
@@ -97,6 +101,7 @@ class Faults:
 
     async def restart_redis(self) -> tuple[str, bool]:
         down = await asyncio.to_thread(self.cluster.restart_redis, self.config.redis_down_seconds)
+        self.driver.redis_back.set()
         return f"down {down:.1f} s", True
 
     async def restart_postgres(self) -> tuple[str, bool]:

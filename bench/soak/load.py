@@ -147,12 +147,18 @@ class Sender:
                 stats.admitted.setdefault((event.provider, ip), []).append((sent, answered))
         return status, retry_after
 
-    async def noisy(self, start: float, end: float, origin: float) -> None:
-        """One client IP over the limit on purpose: redeliveries of accepted Stripe events, never re-sent."""
+    async def noisy(self, start: float, length: float, driver: Any) -> None:
+        """One client IP over the limit on purpose: redeliveries of accepted Stripe events, never re-sent.
+
+        From ``start`` (run seconds) or once Redis is back from its restart, whichever is later.
+        """
         count = self.config.rate_limit * self.config.noisy_requests_per_limit
-        step = max(end - start, 1.0) / count
+        step = max(length, 1.0) / count
+        await driver.at(start)
+        await driver.redis_back.wait()
+        began = time.monotonic()
         for index in range(count):
-            await asyncio.sleep(max(0.0, origin + start + index * step - time.monotonic()))
+            await asyncio.sleep(max(0.0, began + index * step - time.monotonic()))
             await self.some_accepted.wait()
             self.spawn(self.deliver(self.rng.choice(self.accepted_stripe), ip=NOISY_IP, resend=False))
 

@@ -126,7 +126,8 @@ class Driver:
         self.rng = rng
         self.origin = time.monotonic()
         self.quiet_windows: list[tuple[float, float]] = []  # run seconds where no flaky fault is armed
-        self.postgres_back = asyncio.Event()  # the doomed wait for it: see faults.py
+        self.postgres_back = asyncio.Event()  # the doomed wait for both: see faults.py
+        self.redis_back = asyncio.Event()
 
     def now(self) -> float:
         return time.monotonic() - self.origin
@@ -258,6 +259,7 @@ class Driver:
         event = single.event
         if single.dispute_id is not None:  # doomed: Stripe answers 500 for this dispute, forever
             await self.postgres_back.wait()
+            await self.redis_back.wait()
             await asyncio.sleep(POOL_HEAL_SECONDS)
             await self.stub.fault("fail", path_prefix=f"/v1/disputes/{single.dispute_id}", status=500, times=None)
             dispute = stripe_object("dispute", id=single.dispute_id, charge=random_id("ch"))
