@@ -38,7 +38,8 @@ class ModuleCLIPlugin(CLIPluginProtocol):
 
 
 async def _log_server_error(exc: Exception, scope: Scope) -> None:
-    if isinstance(exc, HTTPException) and exc.status_code < 500:
+    # An HTTPException is an answer we chose (a 503 is logged where it is decided), not a fault.
+    if isinstance(exc, HTTPException):
         return
     logger.error("Unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
 
