@@ -132,9 +132,15 @@ class ClerkEvent:
     body: str
 
 
-def clerk_mix(count: int, tag: str, *, seed: int = 7, users: int = 5000, orgs: int = 1000) -> list[ClerkEvent]:
-    """``count`` Clerk events of :data:`CLERK_MIX` over a pool of users and organizations, newest last."""
+def clerk_mix(count: int, tag: str, *, seed: int = 7) -> list[ClerkEvent]:
+    """``count`` Clerk events of :data:`CLERK_MIX`, newest last.
+
+    The pools grow with ``count`` so every size has the same shape: a user gets
+    about three events, an organization about four memberships (some pass the free
+    plan's three seats, so seats get reassigned).
+    """
     rng = random.Random(seed)
+    users, orgs = max(50, count // 4), max(10, count // 10)
     types = [name for name, weight in CLERK_MIX for _ in range(weight)]
     base_ms = int(time.time() * 1000) - count
     events = []
