@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import IO
 import httpx
 import psutil
 
+from bench.processes import child_env, free_port
 from bench.soak.config import SoakConfig
 from tools import embedded
 
@@ -32,17 +32,7 @@ WORKER_MODULE = "bench.soak.counters:MODULE"
 REDIS_NAMESPACE = "soak:"
 WORKER_READY_LINE = "Worker serving"
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The run's settings on a minimal environment: no developer setting leaks in."""
-    base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
-    return {**base, "PYTHONUNBUFFERED": "1", **env}
+__all__ = ["child_env", "free_port"]
 
 
 @dataclass
