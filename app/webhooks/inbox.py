@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.db import Database
@@ -57,19 +58,31 @@ async def driver_connection(db: Database) -> AsyncIterator[Any]:
         raw = await connection.get_raw_connection()
         try:
             yield raw.driver_connection
-        except BaseException:
-            await discard_if_dead(connection, raw.driver_connection)
+        except BaseException as exc:
+            await discard_if_dead(connection, raw.driver_connection, exc)
             raise
 
 
-async def discard_if_dead(connection: AsyncConnection, driver: Any) -> None:
+# Errors after which a driver connection cannot serve another statement. A killed
+# backend sends its FATAL message before the socket closes: in between, asyncpg
+# is not yet closed but refuses every statement with an InternalClientError.
+_CONNECTION_FAULTS = (
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    OSError,
+)
+
+
+async def discard_if_dead(connection: AsyncConnection, driver: Any, error: BaseException | None) -> None:
     """Drop a connection that died under a driver call (Postgres restarted, backend killed) from the pool.
 
     SQLAlchemy never sees errors raised by the driver connection itself, so it
     cannot tell the connection is dead: it would go back to the pool and fail
     every later request that draws it, until the process restarts.
     """
-    if driver.is_closed():
+    if driver.is_closed() or isinstance(error, _CONNECTION_FAULTS):
         await connection.invalidate()
 
 

@@ -60,8 +60,8 @@ async def process_event(resources: Resources, row_id: int) -> None:
         connection: Any = (await bookkeeping.get_raw_connection()).driver_connection
         try:
             await _claimed_attempt(resources, row_id, bookkeeping, connection, lock_key)
-        except BaseException:
-            await discard_if_dead(bookkeeping, connection)
+        except BaseException as exc:
+            await discard_if_dead(bookkeeping, connection, exc)
             raise
 
 

@@ -83,9 +83,14 @@ async def inbox_count(resources: Resources) -> int:
 
 
 async def kill_pooled_connection(resources: Resources) -> None:
-    """Terminate the backend of the pool's idle connection, as a Postgres restart does to every pooled one."""
+    """Terminate the backend of the pool's idle connection, as a Postgres restart does to every pooled one.
+
+    Returns once the client side has seen the close too, so the next statement
+    on it fails with "connection is closed" rather than racing the FATAL message.
+    """
     async with driver_connection(resources.db) as connection:
         backend = await connection.fetchval("SELECT pg_backend_pid()")
+        pooled = connection
     url = make_url(resources.settings.require_database_url()).set(drivername="postgresql")
     admin = await asyncpg.connect(url.render_as_string(hide_password=False))
     try:
@@ -96,3 +101,8 @@ async def kill_pooled_connection(resources: Resources) -> None:
             await asyncio.sleep(0.02)
     finally:
         await admin.close()
+    for _ in range(100):
+        if pooled.is_closed():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the client never saw backend {backend} close")

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import pytest
 
 from app.core.resources import Resources
@@ -16,7 +17,7 @@ from app.testing.deliveries import (
     stripe_event,
     stripe_subscription,
 )
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import driver_connection, store_event
 from app.webhooks.jobs import deduplication_id
 from tests.webhooks.conftest import inbox_count, inbox_rows, kill_pooled_connection
 
@@ -220,3 +221,26 @@ async def test_redelivery_of_a_set_aside_event_reopens_it(
     assert reopened.abandoned_at is None
     assert reopened.attempts == 0
     assert await queue_state(resources, row.id) == "queued"
+
+
+async def test_a_connection_refusing_statements_leaves_the_pool_even_before_it_reads_as_closed(
+    resources: Resources,
+) -> None:
+    """Between a killed backend's FATAL message and the socket's close, asyncpg is not closed yet but refuses
+    every statement: the connection must leave the pool then too, or the retry draws it again."""
+
+    async def pooled_backend() -> int:
+        async with driver_connection(resources.db) as connection:
+            return int(await connection.fetchval("SELECT pg_backend_pid()"))
+
+    first = await pooled_backend()
+    assert await pooled_backend() == first  # the pool hands the same connection back
+    with pytest.raises(asyncpg.InternalClientError):
+        async with driver_connection(resources.db):
+            raise asyncpg.InternalClientError("cannot switch to state 11; another operation (2) is in progress")
+    second = await pooled_backend()
+    assert second != first
+    with pytest.raises(ValueError):
+        async with driver_connection(resources.db):
+            raise ValueError("a bad row, not a bad connection")
+    assert await pooled_backend() == second  # other errors keep the connection
