@@ -20,8 +20,8 @@ from app.identity.services import (
     apply_deletion,
     apply_member_limit,
     clerk_time,
+    ensure_locked_workspace,
     ensure_row,
-    lock_workspace,
 )
 from app.queue.errors import PermanentError
 from app.webhooks.handlers import WebhookContext
@@ -83,15 +83,13 @@ async def _membership(context: WebhookContext, action: str) -> None:
     session, data, event_type = context.session, context.payload["data"], context.event.type
     organization = _required(data, "organization", event_type)
     user = _required(data, "public_user_data", event_type)
-    workspace_id = await ensure_row(
+    workspace_id = await ensure_locked_workspace(
         session,
-        Workspace,
         str(_required(organization, "id", event_type)),
         name=organization.get("name"),
         slug=organization.get("slug"),
         member_limit=context.resources.settings.free_plan_member_limit,
     )
-    await lock_workspace(session, workspace_id)
     user_id = await ensure_row(
         session,
         AppUser,
@@ -112,7 +110,7 @@ async def _reassign_seats(context: WebhookContext, workspace_id: int) -> None:
     """A member joining a full workspace is suspended at once; one leaving frees a seat for the oldest suspended."""
     if not context.resources.settings.stripe_enabled:  # member limits are a billing concept
         return
-    result = await apply_member_limit(context.session, workspace_id)
+    result = await apply_member_limit(context.session, workspace_id, locked=True)
     if result.changed:
         logger.info(
             "Workspace %s: seats reassigned after a membership change (suspended %s, restored %s).",

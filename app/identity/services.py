@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import CompoundSelect, Table, bindparam, func, or_, select
+from sqlalchemy import CompoundSelect, Table, bindparam, func, or_, select, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -139,39 +139,60 @@ class MemberLimitResult:
         return bool(self.suspended or self.restored)
 
 
-_LOCK_WORKSPACE = select(Workspace).where(Workspace.id == bindparam("workspace_id")).with_for_update()
-_ACTIVE_MEMBERS = (
-    select(WorkspaceMember)
-    .where(WorkspaceMember.workspace_id == bindparam("workspace_id"), WorkspaceMember.deleted_at.is_(None))
-    .order_by(WorkspaceMember.created_at, WorkspaceMember.id)
+_LOCK_WORKSPACE = text("SELECT id FROM workspace WHERE id = :workspace_id FOR UPDATE")
+_LOCK_WORKSPACE_BY_ORG = text("SELECT id FROM workspace WHERE clerk_org_id = :clerk_org_id FOR UPDATE")
+# One round trip: rank the active members by join time, then suspend those past the limit and lift
+# suspensions within it. It reads the members with its own snapshot, so the caller must hold the
+# workspace's row lock from an earlier statement: then it sees every change made under that lock.
+_APPLY_MEMBER_LIMIT = text(
+    """
+WITH ranked AS (
+    SELECT m.id, m.suspended_at IS NOT NULL AS suspended,
+           row_number() OVER (ORDER BY m.created_at, m.id) <= w.member_limit AS has_seat
+    FROM workspace_member m JOIN workspace w ON w.id = m.workspace_id
+    WHERE m.workspace_id = :workspace_id AND m.deleted_at IS NULL
+)
+UPDATE workspace_member m
+SET suspended_at = CASE WHEN ranked.has_seat THEN NULL ELSE now() END
+FROM ranked
+WHERE m.id = ranked.id AND ranked.has_seat = ranked.suspended
+RETURNING m.id, m.suspended_at IS NULL AS restored
+"""
 )
 
 
-async def lock_workspace(session: AsyncSession, workspace_id: int) -> Workspace | None:
-    """Every transaction that changes a workspace's members locks the workspace first (no deadlocks)."""
-    return await session.scalar(_LOCK_WORKSPACE, {"workspace_id": workspace_id})
+async def lock_workspace(session: AsyncSession, workspace_id: int) -> bool:
+    """Every transaction that changes a workspace's members locks the workspace first (no deadlocks).
+
+    Returns whether the workspace exists.
+    """
+    return await session.scalar(_LOCK_WORKSPACE, {"workspace_id": workspace_id}) is not None
 
 
-async def apply_member_limit(session: AsyncSession, workspace_id: int) -> MemberLimitResult:
+async def ensure_locked_workspace(session: AsyncSession, clerk_org_id: str, **fields: Any) -> int:
+    """The id of the organization's workspace, locked; a minimal row is inserted if Clerk's event has not come yet.
+
+    One round trip when the workspace exists, the usual case.
+    """
+    workspace_id = await session.scalar(_LOCK_WORKSPACE_BY_ORG, {"clerk_org_id": clerk_org_id})
+    if workspace_id is None:
+        workspace_id = await ensure_row(session, Workspace, clerk_org_id, **fields)
+        await lock_workspace(session, workspace_id)  # a concurrent first sighting may have inserted it
+    return int(workspace_id)
+
+
+async def apply_member_limit(session: AsyncSession, workspace_id: int, *, locked: bool = False) -> MemberLimitResult:
     """Active members beyond ``member_limit`` are suspended, newest first; suspensions lift oldest first.
 
     Members are ordered by when they joined (Clerk's membership ``created_at``),
     so the same members keep their seats whatever order the events came in.
-    Running it again changes nothing.
+    Running it again changes nothing. ``locked``: this transaction already
+    holds the workspace's row lock.
     """
-    workspace = await lock_workspace(session, workspace_id)
-    result = MemberLimitResult()
-    if workspace is None:
-        return result
-    members = await session.scalars(_ACTIVE_MEMBERS, {"workspace_id": workspace_id})
-    now = datetime.now(UTC)
-    for position, member in enumerate(members):
-        has_seat = position < workspace.member_limit
-        if has_seat and member.suspended_at is not None:
-            member.suspended_at = None
-            result.restored.append(member.id)
-        elif not has_seat and member.suspended_at is None:
-            member.suspended_at = now
-            result.suspended.append(member.id)
-    await session.flush()
-    return result
+    if not locked and not await lock_workspace(session, workspace_id):
+        return MemberLimitResult()
+    changed = (await session.execute(_APPLY_MEMBER_LIMIT, {"workspace_id": workspace_id})).all()
+    return MemberLimitResult(
+        suspended=sorted(row.id for row in changed if not row.restored),
+        restored=sorted(row.id for row in changed if row.restored),
+    )
