@@ -7,10 +7,12 @@ loggers (arq, uvicorn, SQLAlchemy), so context bound with
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Any
 
+import msgspec
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 
@@ -40,10 +42,33 @@ def _shared_processors() -> list[Any]:
     ]
 
 
+_json_encoder = msgspec.json.Encoder(enc_hook=repr)
+
+
+def _dumps(event: dict[str, Any], **_: Any) -> str:
+    """msgspec renders a line in a third of ``json.dumps``' time; anything it refuses goes the slow way."""
+    try:
+        return _json_encoder.encode(event).decode()
+    except (TypeError, ValueError):
+        return json.dumps(event, default=repr)
+
+
 def _renderer(fmt: str) -> Any:
     if fmt == "json":
-        return structlog.processors.JSONRenderer()
+        return structlog.processors.JSONRenderer(serializer=_dumps)
     return structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+
+
+def _skip_unused_record_fields() -> None:
+    """The logging module's documented optimisations: no line shows the caller, thread or process.
+
+    Each line on the hot paths (the access line, a job's lines) costs about a
+    quarter less without them (make bench).
+    """
+    logging._srcfile = None  # the caller's frame (funcName, lineno)
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def configure_logging(settings: Settings) -> None:
@@ -65,6 +90,7 @@ def configure_logging(settings: Settings) -> None:
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
+    _skip_unused_record_fields()
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(settings.log_level)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from litestar import Controller, Request, Response, post
-from litestar.datastructures import State
 from litestar.exceptions import (
     ClientException,
     NotFoundException,
@@ -23,7 +22,10 @@ class WebhookController(Controller):
     path = "/webhooks"
 
     @post("/{provider:str}", status_code=200, summary="Receive a signed provider webhook")
-    async def receive(self, provider: FromPath[str], request: Request, state: State) -> Response[bytes]:
+    async def receive(self, provider: FromPath[str], request: Request) -> Response[bytes]:
+        # The app's State, not an injected ``state`` parameter: Litestar copies the state into a new
+        # State object for each request that asks for one (make bench, intake profile).
+        state = request.app.state
         intake: ProviderIntake | None = state.webhook_intakes.get(provider)
         if intake is None:
             raise NotFoundException(detail=f"Webhook provider {provider!r} is not enabled on this server.")
