@@ -40,9 +40,18 @@ def queue_key(settings: Settings, queue: str) -> str:
     return f"{settings.redis_namespace}{queue}"
 
 
-def make_arq_redis(url: str, *, timeout: float) -> ArqRedis:
-    """An arq pool whose every command gives up after ``timeout``: a hung Redis cannot hang us."""
-    redis = ArqRedis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False)
+def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> ArqRedis:
+    """An arq pool that gives up after ``timeout``: a hung Redis cannot hang us.
+
+    ``per_command=False``: only connecting is bounded here, for a caller that
+    bounds each whole call with ``asyncio.timeout`` (see ``make_call_bounded_redis``).
+    """
+    redis = ArqRedis.from_url(
+        url,
+        socket_timeout=timeout if per_command else None,
+        socket_connect_timeout=timeout,
+        retry_on_timeout=False,
+    )
     redis.job_serializer = serialize
     redis.job_deserializer = deserialize
     return redis
@@ -72,7 +81,8 @@ class ArqQueue:
     def __init__(self, resources: Resources, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
         self.settings = resources.settings
         self.timeout = timeout
-        self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout)
+        # Every call below runs under asyncio.timeout(self.timeout).
+        self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
         self._enqueue = self.redis.register_script(_ENQUEUE_LUA)
 
     async def add(

@@ -9,6 +9,7 @@ client. Anything to the left of it was written by the client and may be a lie.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Sequence
 from typing import TypeAlias
@@ -36,11 +37,11 @@ def client_ip(
     """
     if not peer:
         return UNKNOWN_CLIENT
-    peer_address = _parse_address(peer)
+    peer_address, peer_text = _peer(peer)
     if peer_address is None:
         return peer  # not an IP (e.g. a test client's name): cannot be trusted
     if not forwarded_for or not _is_trusted(peer_address, trusted):
-        return str(peer_address)
+        return peer_text
     candidate = peer_address
     for entry in reversed(forwarded_for.split(",")):
         hop = _parse_address(entry)
@@ -71,6 +72,13 @@ def parse_trusted_proxies(value: str) -> list[Network]:
                 f"{entry!r} is not an IP address or CIDR network; expected e.g. 10.0.0.0/8, 192.0.2.7 or 2001:db8::/32"
             ) from None
     return networks
+
+
+@functools.lru_cache(maxsize=4096)
+def _peer(peer: str) -> tuple[Address | None, str]:
+    """The parsed socket peer and its text, cached: a provider sends from a few addresses, again and again."""
+    address = _parse_address(peer)
+    return address, str(address) if address is not None else peer
 
 
 def _parse_address(text: str) -> Address | None:

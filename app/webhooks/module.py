@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from app.core.module import FeatureModule
-from app.core.redis import make_redis
+from app.core.redis import make_call_bounded_redis
 from app.core.resources import Resources
 from app.webhooks.controllers import WebhookController
 from app.webhooks.intake import ProviderIntake
@@ -22,9 +22,12 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
     @asynccontextmanager
     async def lifespan(state: Any, resources: Resources) -> AsyncIterator[None]:
         settings = resources.settings
-        redis = make_redis(settings.require_redis_url(), timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS)
+        redis = make_call_bounded_redis(settings.require_redis_url(), connect_timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS)
         limiter = SlidingWindowRateLimiter(
-            redis, limit=settings.webhook_rate_limit_per_minute, key_prefix=settings.redis_namespace
+            redis,
+            limit=settings.webhook_rate_limit_per_minute,
+            key_prefix=settings.redis_namespace,
+            timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS,
         )
         intakes = {}
         for provider in providers:

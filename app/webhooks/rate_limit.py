@@ -22,6 +22,7 @@ hung (not refused) Redis stalls every request for the OS TCP timeout.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import secrets
@@ -92,6 +93,7 @@ class SlidingWindowRateLimiter:
         limit: int,
         window_seconds: int = 60,
         key_prefix: str = "",
+        timeout: float | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError(f"rate limit must be at least 1 per window, got {limit}")
@@ -99,6 +101,7 @@ class SlidingWindowRateLimiter:
             raise ValueError(f"rate limit window must be at least 1 s, got {window_seconds}")
         self.limit = limit
         self.window_seconds = window_seconds
+        self._timeout = timeout  # each hit as a whole; None leaves it to the client's socket timeouts
         self._key_prefix = f"{key_prefix}ratelimit:"
         self._args_head = (limit, window_seconds * 1_000_000)
         self._script = redis.register_script(_SLIDING_LOG_LUA)
@@ -120,8 +123,9 @@ class SlidingWindowRateLimiter:
         key = f"{self._key_prefix}{scope}:{client}"
         member = f"{self._member_tag}{next(self._member_seq)}"
         try:
-            allowed, remaining, retry_us = await self._script(keys=[key], args=[*self._args_head, member])
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(self._timeout):
+                allowed, remaining, retry_us = await self._script(keys=[key], args=[*self._args_head, member])
+        except (RedisError, OSError, TimeoutError) as exc:
             self._warn_failing_open(exc)
             return RateDecision(allowed=True, remaining=self.limit, retry_after=0)
         if self._degraded:
