@@ -1,18 +1,26 @@
-"""One processing attempt of one inbox event.
+"""One processing attempt of one inbox event, on one pooled connection.
 
-The attempt is counted and its error recorded on a bookkeeping connection in
-autocommit, so they survive the rollback of the handler's own transaction. A
-session-level advisory lock on that connection keeps two workers from
-processing one event at once; a killed worker's connection drops and releases it.
+The attempt is counted by the claim, a statement of its own in autocommit, so
+the count survives the rollback of the handler's transaction, which then runs
+on the same connection; a failure's error is recorded in autocommit after that
+rollback. A session-level advisory lock taken by the claim keeps two workers
+from processing one event at once; a killed worker's connection drops and
+releases it.
+
+Success releases the lock inside the handler's transaction, in the statement
+that sets ``processed_at``: that statement holds the row's lock until COMMIT,
+so a worker that claims the event in between waits on the row and then sees it
+processed. One round trip fewer than unlocking after COMMIT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, bindparam, func, update
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.resources import Resources
 from app.queue.errors import PermanentError
@@ -39,44 +47,59 @@ counted AS (
 )
 SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true
 """
-_RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
-# Built once (a Core statement, no ORM synchronisation): it commits with the handler's own writes.
-_TABLE = cast(Table, WebhookEvent.__table__)
-_MARK_PROCESSED = (
-    update(_TABLE).where(_TABLE.c.id == bindparam("row_id")).values(processed_at=func.now(), last_error=None)
+# Reading from `marked` makes the row update (and its row lock) happen before the unlock.
+_MARK_PROCESSED_AND_UNLOCK = text(
+    """
+WITH marked AS (
+    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id RETURNING id
 )
+SELECT pg_advisory_unlock(:lock_key) FROM (SELECT count(*) FROM marked) AS done
+"""
+)
+_RECORD_ERROR_AND_UNLOCK = """
+WITH recorded AS (UPDATE webhook_event SET last_error = $2 WHERE id = $1 RETURNING id)
+SELECT pg_advisory_unlock($3) FROM (SELECT count(*) FROM recorded) AS done
+"""
+_RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
 _UNLOCK = "SELECT pg_advisory_unlock($1)"
+_CANCELLED = "Cancelled: the attempt hit its time limit or a shutdown"
 
 
 def describe_error(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:_ERROR_MAX_CHARS]
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return message[:_ERROR_MAX_CHARS]
 
 
 async def process_event(resources: Resources, row_id: int) -> None:
     """Run the provider's handler for inbox row ``row_id``; raise to have the queue retry."""
-    lock_key = _LOCK_BASE + row_id
-    async with resources.db.engine.connect() as bookkeeping:
-        connection: Any = (await bookkeeping.get_raw_connection()).driver_connection
+    async with resources.db.engine.connect() as connection:
+        driver: Any = (await connection.get_raw_connection()).driver_connection
         try:
-            await _claimed_attempt(resources, row_id, bookkeeping, connection, lock_key)
+            await _claimed_attempt(resources, row_id, connection, driver)
         except BaseException as exc:
-            await discard_if_dead(bookkeeping, connection, exc)
+            await discard_if_dead(connection, driver, exc)
             raise
 
 
-async def _claimed_attempt(resources: Resources, row_id: int, bookkeeping: Any, connection: Any, lock_key: int) -> None:
-    claim = await connection.fetchrow(_CLAIM, row_id, lock_key)
+async def _claimed_attempt(resources: Resources, row_id: int, connection: AsyncConnection, driver: Any) -> None:
+    lock_key = _LOCK_BASE + row_id
+    claim = await driver.fetchrow(_CLAIM, row_id, lock_key)
     if not claim["got"]:
         logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
         return
+    if claim["attempts"] is None:
+        logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
+        await _unlock(connection, driver, lock_key)
+        return
+    attempt = _Attempt(resources, _event(claim), connection, lock_key)
     try:
-        if claim["attempts"] is None:
-            logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
-            return
-        await _attempt(resources, _event(claim), connection)
-    finally:
-        await _unlock(bookkeeping, connection, lock_key)
+        await attempt.run()
+    except asyncio.CancelledError:
+        await attempt.record_failure(driver, _CANCELLED)
+        raise
+    except Exception as exc:
+        await attempt.record_failure(driver, describe_error(exc))
+        raise
 
 
 def _event(claim: Any) -> WebhookEvent:
@@ -95,37 +118,56 @@ def _event(claim: Any) -> WebhookEvent:
     )
 
 
-async def _attempt(resources: Resources, event: WebhookEvent, connection: Any) -> None:
-    row_id = event.id
+class _Attempt:
+    """The handler's transaction on the claiming connection; knows whether the lock is still held."""
+
+    def __init__(self, resources: Resources, event: WebhookEvent, connection: AsyncConnection, lock_key: int) -> None:
+        self.resources = resources
+        self.event = event
+        self.connection = connection
+        self.lock_key = lock_key
+        self.locked = True
+
+    async def run(self) -> None:
+        handler = find_handler(self.resources.modules, self.event.provider)
+        if handler is None:
+            raise PermanentError(
+                f"No handler for {self.event.provider!r} webhook events in the loaded modules: "
+                "list the module that owns them in app/worker/modules.py."
+            )
+        async with self.resources.db.sessionmaker(bind=self.connection) as session:
+            context = WebhookContext(resources=self.resources, session=session, event=self.event)
+            await handler(context)
+            await session.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": self.event.id, "lock_key": self.lock_key})
+            self.locked = False  # released, whether or not the COMMIT below succeeds
+            await session.commit()
+        await context.flush_after_commit()
+
+    async def record_failure(self, driver: Any, error: str) -> None:
+        """After the handler's rollback: keep the error for operators and release the lock if still held.
+
+        If that fails too, the connection is dropped (taking the lock with it)
+        and the handler's error, not this one, goes on to the queue.
+        """
+        try:
+            if self.locked:
+                await driver.fetchval(_RECORD_ERROR_AND_UNLOCK, self.event.id, error, self.lock_key)
+                self.locked = False
+            else:
+                await driver.execute(_RECORD_ERROR, self.event.id, error)
+        except Exception:
+            logger.warning(
+                "Could not record the failure of webhook event row %s; dropping its connection.",
+                self.event.id,
+                exc_info=True,
+            )
+            await self.connection.invalidate()
+
+
+async def _unlock(connection: AsyncConnection, driver: Any, lock_key: int) -> None:
     try:
-        await _run_handler(resources, event)
-    except asyncio.CancelledError:
-        await connection.execute(_RECORD_ERROR, row_id, "Cancelled: the attempt hit its time limit or a shutdown")
-        raise
-    except Exception as exc:
-        await connection.execute(_RECORD_ERROR, row_id, describe_error(exc))
-        raise
-
-
-async def _run_handler(resources: Resources, event: WebhookEvent) -> None:
-    handler = find_handler(resources.modules, event.provider)
-    if handler is None:
-        raise PermanentError(
-            f"No handler for {event.provider!r} webhook events in the loaded modules: "
-            "list the module that owns them in app/worker/modules.py."
-        )
-    async with resources.db.session() as session:
-        context = WebhookContext(resources=resources, session=session, event=event)
-        await handler(context)
-        await session.execute(_MARK_PROCESSED, {"row_id": event.id})
-        await session.commit()
-    await context.flush_after_commit()
-
-
-async def _unlock(bookkeeping: Any, connection: Any, lock_key: int) -> None:
-    try:
-        await connection.execute(_UNLOCK, lock_key)
+        await driver.execute(_UNLOCK, lock_key)
     except BaseException:
         # A connection that may still hold the lock must not go back to the pool.
-        await bookkeeping.invalidate()
+        await connection.invalidate()
         raise

@@ -15,8 +15,13 @@ from app.queue.models import CronRun
 from app.webhooks.handlers import WebhookContext
 from app.webhooks.inbox import store_event
 from app.webhooks.models import WebhookEvent
-from app.webhooks.processing import process_event
+from app.webhooks.processing import _LOCK_BASE, _MARK_PROCESSED_AND_UNLOCK, process_event
 from tests.webhooks.conftest import kill_pooled_connection
+
+_ADVISORY_LOCKS_HELD = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 
 
 async def stored_row(resources: Resources, event_id: str = "evt_processing") -> int:
@@ -146,12 +151,7 @@ async def test_lock_is_released_after_a_failure(make_resources: Any) -> None:
     with pytest.raises(RuntimeError):
         await process_event(resources, row_id)
     async with resources.db.session() as session:
-        held = await session.scalar(
-            text(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            )
-        )
+        held = await session.scalar(text(_ADVISORY_LOCKS_HELD))
     assert held == 0
 
 
@@ -170,3 +170,52 @@ async def test_a_bookkeeping_connection_that_died_is_dropped_so_the_retry_proces
     await process_event(resources, row_id)
     assert handled == ["evt_processing"]
     assert (await load(resources, row_id)).processed_at is not None
+
+
+async def test_a_claim_between_the_early_unlock_and_the_commit_waits_and_finds_the_event_processed(
+    make_resources: Any,
+) -> None:
+    """Success releases the lock before COMMIT, in the statement that sets processed_at: a second worker
+    claiming in that window must wait for the row and then skip the event, not process it again."""
+    calls: list[str] = []
+
+    async def handler(context: WebhookContext) -> None:
+        calls.append(context.event.event_id)
+
+    first, second = make_resources(handler), make_resources(handler)
+    row_id = await stored_row(first)
+    async with first.db.engine.connect() as connection:
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert await driver.fetchval("SELECT pg_try_advisory_lock($1)", _LOCK_BASE + row_id)
+        transaction = await connection.begin()
+        await connection.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": _LOCK_BASE + row_id})
+        competing = asyncio.create_task(process_event(second, row_id))
+        await asyncio.sleep(0.3)
+        assert not competing.done()  # waiting on the row, not processing it
+        await transaction.commit()
+    await asyncio.wait_for(competing, 5)
+    assert calls == []
+    row = await load(first, row_id)
+    assert row.processed_at is not None and row.attempts == 0
+
+
+async def test_a_commit_that_fails_after_the_early_unlock_records_the_error_and_leaves_no_lock(
+    make_resources: Any,
+) -> None:
+    async def handler(context: WebhookContext) -> None:
+        # A deferred constraint fails at COMMIT, after processed_at was set and the lock released.
+        await context.session.execute(
+            text("CREATE TEMP TABLE once (id int UNIQUE DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP")
+        )
+        await context.session.execute(text("INSERT INTO once VALUES (1), (1)"))
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    with pytest.raises(Exception, match="duplicate key"):
+        await process_event(resources, row_id)
+    row = await load(resources, row_id)
+    assert row.processed_at is None and row.attempts == 1
+    assert row.last_error is not None and "duplicate key" in row.last_error
+    async with resources.db.session() as session:
+        held = await session.scalar(text(_ADVISORY_LOCKS_HELD))
+    assert held == 0
