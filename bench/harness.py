@@ -131,6 +131,7 @@ class Run:
     api: Managed | None = None
     workers: list[Managed] = field(default_factory=list)
     cpu_ms: dict[str, float] = field(default_factory=dict)
+    machine_cores: dict[str, float] = field(default_factory=dict)  # cores busy machine-wide during a drain
 
     # ------------------------------------------------------------------ set-up
 
@@ -447,6 +448,7 @@ class Run:
         rate = count / seconds
         cpu_ms = sum(busy) / 100 * seconds / count * 1000
         self.cpu_ms[label] = cpu_ms
+        self.machine_cores[label] = machine / 100 * (os.cpu_count() or 1)
         self.log(
             f"  drain {label:12s} {count} jobs in {seconds:6.2f} s: {rate:7.0f} /s  {cpu_ms:5.2f} worker CPU ms/job "
             f"(worker CPU {', '.join(f'{b:.0f}%' for b in busy)}; machine {machine:.0f}% of {os.cpu_count()} cores)"
@@ -511,6 +513,9 @@ class Run:
             drain_cpu_ms_1w=self.cpu_ms["clerk 1w"],
             noop_cpu_ms=self.cpu_ms["noop 1w"],
             update_cpu_ms=self.cpu_ms["update 1w"],
+            # What a second worker can add is bounded by the cores the first one left idle (the worker,
+            # Postgres and Redis share this machine): cores / cores busy with one worker.
+            drain_2w_machine_bound=min(2.0, (os.cpu_count() or 1) / max(self.machine_cores["clerk 1w"], 0.01)),
         )
 
         await self._start_worker()
