@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,20 +22,10 @@ from pathlib import Path
 import httpx
 import psutil
 
+from app.testing.processes import child_env, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 UVICORN_FLAGS = ["--host", "127.0.0.1", "--no-access-log", "--no-proxy-headers"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The bench's settings on a minimal environment: no developer setting leaks in."""
-    base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
-    return {**base, "PYTHONUNBUFFERED": "1", **env}
 
 
 @dataclass

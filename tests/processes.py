@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,19 +19,9 @@ from typing import Any
 
 import httpx
 
+from app.testing.processes import child_env, free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The test's settings on top of a minimal environment (no developer settings leak in)."""
-    base = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
-    return {**base, "PYTHONUNBUFFERED": "1", **env}
 
 
 def wait_until_healthy(base_url: str, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:

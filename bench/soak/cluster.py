@@ -23,7 +23,7 @@ from typing import IO
 import httpx
 import psutil
 
-from bench.processes import child_env, free_port
+from app.testing.processes import child_env, free_port
 from bench.soak.config import SoakConfig
 from tools import embedded
 
@@ -298,9 +298,9 @@ class Cluster:
             proc.signal(signal.SIGTERM)
         for proc in [*self.workers, *self.apis]:
             proc.stop(timeout=20.0)
-        for proc in (self.stripe, self.stripe_next, self.sentry):
-            if proc is not None:
-                proc.signal(signal.SIGKILL)
-                proc.wait(5.0)
+        for stub in (self.stripe, self.stripe_next, self.sentry):
+            if stub is not None:
+                stub.signal(signal.SIGKILL)
+                stub.wait(5.0)
         with contextlib.suppress(Exception):
             embedded.stop_all(self.data_dir)

@@ -15,8 +15,9 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
 
+from app.testing.processes import child_env
 from bench.report import REQUIRED_KEYS
-from tests.processes import ROOT, child_env
+from tests.processes import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from app.core.resources import Resources
-from tests.processes import WorkerProc, free_port, wait_for, worker_starter
+from app.testing.processes import free_port
+from tests.processes import WorkerProc, wait_for, worker_starter
 from tests.queue.sample_jobs import CREATE_TABLE
 from tests.stubs.redis_server import RedisServer
 

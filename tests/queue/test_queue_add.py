@@ -15,7 +15,8 @@ from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.queue.drivers import ArqQueue, SyncQueue, queue_key
 from app.queue.errors import PermanentError, QueueUnavailableError
-from tests.queue.conftest import fetch_events, free_port
+from app.testing.processes import free_port
+from tests.queue.conftest import fetch_events
 from tests.queue.sample_jobs import RecordData, RecordJob
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from tests.processes import free_port
+from app.testing.processes import free_port
 
 
 def redis_server_binary() -> str:

@@ -16,10 +16,11 @@ from sqlalchemy import text
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
+from app.testing.processes import child_env
 from app.webhooks.inbox import store_event
 from app.webhooks.maintenance import queue_event, recover
 from app.webhooks.models import WebhookEvent
-from tests.processes import ROOT, child_env, wait_for, worker_starter
+from tests.processes import ROOT, wait_for, worker_starter
 from tests.stubs.sentry_ingest import SentryIngestStub, exception_types
 from tests.webhooks.worker_handlers import CREATE_TABLE, EMPTY_TABLE, PROVIDER, failing_key
 
