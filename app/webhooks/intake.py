@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
+
+import msgspec
 
 from app.core.resources import Resources
 from app.webhooks.inbox import store_event
@@ -44,7 +47,7 @@ class ProviderIntake:
             return IntakeResult.IGNORED
         try:
             stored = await store_event(
-                self.resources.db, self.provider.name, event.event_id, event.event_type, body.decode()
+                self.resources.db, self.provider.name, event.event_id, event.event_type, self._storable(event, body)
             )
         except Exception as exc:
             logger.error("Could not store %s event %s: %s", self.provider.name, event.event_id, exc, exc_info=exc)
@@ -54,6 +57,25 @@ class ProviderIntake:
         if stored.outcome == "reopened":
             logger.info("Set-aside %s event %s reopened by a redelivery.", self.provider.name, event.event_id)
         return await self._enqueue(stored.row_id, event.event_id)
+
+    def _storable(self, event: VerifiedEvent, body: bytes) -> str:
+        """The body as the inbox stores it: Postgres' jsonb cannot hold a NUL character (``\\u0000``).
+
+        Such an event would fail to store on every delivery and be lost, so its
+        NULs become U+FFFD (the replacement character) instead; nothing else changes.
+        """
+        text = body.decode()
+        if "\\u0000" not in text:  # one scan of the body; the parsed payload is walked only when it may hold one
+            return text
+        cleaned = without_nul(event.payload)
+        if cleaned == event.payload:  # an escaped backslash followed by "u0000": no NUL after all
+            return text
+        logger.warning(
+            "%s event %s carries NUL characters, which Postgres cannot store; stored with U+FFFD in their place.",
+            self.provider.name,
+            event.event_id,
+        )
+        return msgspec.json.encode(cleaned).decode()
 
     async def _enqueue(self, row_id: int, event_id: str) -> IntakeResult:
         try:
@@ -72,3 +94,14 @@ class ProviderIntake:
             )
             return IntakeResult.STORED_NOT_QUEUED
         return IntakeResult.QUEUED
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` (parsed JSON) with every NUL in its strings and keys replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -244,3 +245,30 @@ async def test_a_connection_refusing_statements_leaves_the_pool_even_before_it_r
         async with driver_connection(resources.db):
             raise ValueError("a bad row, not a bad connection")
     assert await pooled_backend() == second  # other errors keep the connection
+
+
+async def test_a_signed_event_with_nul_characters_is_stored_with_replacement_characters(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    """jsonb cannot hold NUL: without care the event would get 503 on every delivery and never be stored."""
+    event = subscription_event()
+    event["data"]["object"]["metadata"] = {"note": "a\x00b", "path": "C:\\u0000"}  # a NUL, and an escaped backslash
+    delivery = signed_stripe_delivery(event, webhook_secrets["stripe"])
+    assert b"\\u0000" in delivery.body
+    response = await client.post("/webhooks/stripe", content=delivery.body, headers=delivery.headers)
+    assert response.status_code == 200
+    (row,) = await inbox_rows(resources)
+    assert row.payload["data"]["object"]["metadata"] == {"note": "a\ufffdb", "path": "C:\\u0000"}
+    assert await queue_state(resources, row.id) == "queued"
+
+
+async def test_an_escaped_backslash_before_u0000_is_stored_as_sent(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    event = subscription_event()
+    event["data"]["object"]["metadata"] = {"path": "C:\\u0000"}
+    delivery = signed_stripe_delivery(event, webhook_secrets["stripe"])
+    response = await client.post("/webhooks/stripe", content=delivery.body, headers=delivery.headers)
+    assert response.status_code == 200
+    (row,) = await inbox_rows(resources)
+    assert row.payload == json.loads(delivery.body)
