@@ -127,6 +127,23 @@ async def test_stripe_500_then_200_is_processed_after_a_retry(
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
 
 
+async def test_stripe_429_is_retried_after_the_wait_stripe_asked_for(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    stripe_stub.put_subscription("cus_linked", quantity=6)
+    stripe_stub.rate_limit("/v1/customers", retry_after=7, times=1)
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+
+    first = await worker_try(worker, delivery, attempt=1)
+    assert isinstance(first, Retry) and "HTTP 429" in str(first.__cause__)
+    assert first.defer_score == 7000  # Stripe's Retry-After, not the exponential backoff
+    assert await worker_try(worker, delivery, attempt=2) is None
+
+    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+    assert row is not None and row.processed and row.attempts == 2
+    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 6
+
+
 async def test_stripe_404_for_the_customer_is_permanent_and_not_retried(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
