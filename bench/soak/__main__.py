@@ -32,7 +32,7 @@ from bench.soak.config import DEFAULT_EVENTS, SoakConfig
 from bench.soak.faults import Faults
 from bench.soak.load import Sender
 from bench.soak.plan import build_plan
-from bench.soak.report import summary, table
+from bench.soak.report import RunResult, Summary, summary, table
 from bench.soak.runtime import Db, Driver, StubControl
 from bench.soak.verify import Verifier
 
@@ -41,7 +41,7 @@ def say(message: str) -> None:
     print(f"soak: {message}", flush=True)
 
 
-async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
+async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
     secrets = {"stripe": generate_whsec(), "clerk": generate_whsec()}
     cluster = Cluster(config, run_dir, secrets)
     started = time.monotonic()
@@ -87,10 +87,11 @@ async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
         findings = await verifier.check(drained)
         text = table(config, findings, sender.stats, faults.records)
         print(text, flush=True)
-        result = summary(config, findings, sender.stats, faults.records)
-        result["table"] = text
-        result["total_seconds"] = round(time.monotonic() - started, 1)
-        return result
+        return {
+            **summary(config, findings, sender.stats, faults.records),
+            "table": text,
+            "total_seconds": round(time.monotonic() - started, 1),
+        }
     finally:
         for closing in (sender, stub, db):
             if closing is not None:
@@ -99,7 +100,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> dict[str, object]:
         await asyncio.to_thread(cluster.stop)
 
 
-def markdown(config: SoakConfig, result: dict[str, object], load_before: float) -> str:
+def markdown(config: SoakConfig, result: RunResult, load_before: float) -> str:
     """The table with what produced it: the results file of a full run."""
     try:
         revision = subprocess.run(
@@ -111,7 +112,7 @@ def markdown(config: SoakConfig, result: dict[str, object], load_before: float) 
     command = "make soak" if config.events == DEFAULT_EVENTS else f"make soak EVENTS={config.events}"
     if config.short:
         command = "python -m bench.soak --short"
-    problems = "\n".join(f"- {p}" for p in result["problems"]) or "none"  # type: ignore[attr-defined]
+    problems = "\n".join(f"- {p}" for p in result["problems"]) or "none"
     return (
         f"# Soak and chaos run\n\n`{command}` (`python -m bench.soak`), {when}, revision {revision}, "
         f"{os.cpu_count()} cores (load average {load_before:.1f} at the start), "
@@ -119,7 +120,7 @@ def markdown(config: SoakConfig, result: dict[str, object], load_before: float) 
     )
 
 
-def failed(result: dict[str, object]) -> bool:
+def failed(result: Summary) -> bool:
     return bool(result["lost"] or result["applied_twice"] or result["problems"] or not result["faults_ok"])
 
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="soak-"))
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    async def run() -> dict[str, object]:
+    async def run() -> RunResult:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         if task is not None:
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown_out:
         args.markdown_out.write_text(markdown(config, result, load_before))
     bad = failed(result)
-    for problem in result["problems"]:  # type: ignore[attr-defined]
+    for problem in result["problems"]:
         say(f"PROBLEM: {problem}")
     if bad or args.keep:
         say(f"logs and data kept in {run_dir}")
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     say(
         f"{'FAILED' if bad else 'passed'}: lost {result['lost']}, applied twice {result['applied_twice']}, "
         f"{len(result['problems'])} problems, {result['total_seconds']} s"
-    )  # type: ignore[arg-type]
+    )
     return 1 if bad else 0
 
 

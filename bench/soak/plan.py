@@ -27,6 +27,7 @@ from app.testing.deliveries import clerk_event, random_id
 from bench.soak.config import SoakConfig
 
 Order = Literal["in order", "newest first", "shuffled"]
+MirrorKind = Literal["dispute", "refund", "early_fraud_warning"]
 SUB_STATES: list[tuple[str, int, bool]] = [  # (status, seats, cancel at period end) a subscription moves through
     ("trialing", 2, False),
     ("active", 4, False),
@@ -120,7 +121,7 @@ class Bundle:
 class Mirror:
     """A dispute, refund or early fraud warning whose state moves; the mirror row must end as the last one."""
 
-    kind: Literal["dispute", "refund", "early_fraud_warning"]
+    kind: MirrorKind
     stripe_id: str
     charge_id: str
     start: float
@@ -214,12 +215,12 @@ class Planner:
     def organization(self, index: int) -> ClerkEntity:
         org_id = random_id("org", 27)
         times = self._times(1 + self.rng.randint(0, 2))
-        versions = [
+        versions: list[dict[str, Any]] = [
             {"name": f"Org {index} v{k}", "slug": f"org-{index}-v{k}", "updated_at": t} for k, t in enumerate(times)
         ]
         deleted = times[-1] + 500 if self.rng.random() < 0.05 else None
         entity = ClerkEntity("organization", org_id, versions, deleted, self._order())
-        items = []
+        items: list[tuple[int, Event]] = []
         for k, version in enumerate(versions):
             kind = "organization.created" if k == 0 else "organization.updated"
             data = {"id": org_id, "name": version["name"], "slug": version["slug"], "created_at": times[0]}
@@ -232,13 +233,13 @@ class Planner:
     def user(self, index: int) -> ClerkEntity:
         user_id = random_id("user", 27)
         times = self._times(1 + self.rng.randint(0, 3))
-        versions = [
+        versions: list[dict[str, Any]] = [
             {"first_name": f"U{index}", "last_name": f"v{k}", "email": f"u{index}.v{k}@soak.test", "updated_at": t}
             for k, t in enumerate(times)
         ]
         deleted = times[-1] + 500 if self.rng.random() < 0.05 else None
         entity = ClerkEntity("user", user_id, versions, deleted, self._order())
-        items = []
+        items: list[tuple[int, Event]] = []
         for k, version in enumerate(versions):
             email_id = f"idn_{index}_{k}"
             data = {
@@ -262,7 +263,9 @@ class Planner:
         first = created + self.rng.randint(1000, 3_600_000)
         times = [first + k * 1000 + self.rng.randint(0, 400) for k in range(1 + self.rng.randint(0, 1))]
         roles = ["org:member", "org:admin"]
-        versions = [{"role": roles[(k + self.membership_seq) % 2], "updated_at": t} for k, t in enumerate(times)]
+        versions: list[dict[str, Any]] = [
+            {"role": roles[(k + self.membership_seq) % 2], "updated_at": t} for k, t in enumerate(times)
+        ]
         deleted = times[-1] + 500 if self.rng.random() < 0.1 else None
         entity = Membership(
             "organizationMembership",
@@ -287,7 +290,7 @@ class Planner:
             "last_name": user.versions[0]["last_name"],
             "identifier": user.versions[0]["email"],
         }
-        items = []
+        items: list[tuple[int, Event]] = []
         for k, version in enumerate(versions):
             kind = "organizationMembership.created" if k == 0 else "organizationMembership.updated"
             data = {
@@ -346,7 +349,8 @@ class Planner:
         )
 
     def mirror(self, start: float, customer_of: Bundle | None) -> Mirror:
-        kind = self.rng.choice(["dispute", "dispute", "refund", "early_fraud_warning"])
+        kinds: list[MirrorKind] = ["dispute", "dispute", "refund", "early_fraud_warning"]
+        kind = self.rng.choice(kinds)
         charge_id = random_id("ch")
         states: list[dict[str, Any]]
         if kind == "dispute":

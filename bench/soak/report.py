@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from bench.soak.config import SoakConfig
 from bench.soak.faults import FaultRecord
@@ -10,11 +10,49 @@ from bench.soak.load import Stats, percentile
 from bench.soak.verify import Findings
 
 
+class Summary(TypedDict):
+    """The JSON summary: what the short test asserts on."""
+
+    events_option: int
+    sent: int
+    distinct: int
+    ignored_types: int
+    stored: int
+    processed: int
+    set_aside: int
+    meant_to_fail: int
+    alerts_ok: int
+    lost: int
+    applied_twice: int
+    wrongly_set_aside: int
+    state_mismatches: int
+    seat_mismatches: int
+    answers: dict[str, int]
+    requests: int
+    resends: int
+    latency_p50_ms: float
+    latency_p99_ms: float
+    drain_seconds: float | None
+    faults: dict[str, int]
+    faults_ok: bool
+    rate_limit: int
+    rate_limit_max_admitted: int
+    noisy_answers: dict[str, int]
+    problems: list[str]
+
+
+class RunResult(Summary):
+    """A whole run's result: the summary, the printed table and the run's wall time."""
+
+    table: str
+    total_seconds: float
+
+
 def _n(value: int) -> str:
     return f"{value:,}"
 
 
-def summary(config: SoakConfig, findings: Findings, stats: Stats, faults: list[FaultRecord]) -> dict[str, Any]:
+def summary(config: SoakConfig, findings: Findings, stats: Stats, faults: list[FaultRecord]) -> Summary:
     counts: dict[str, int] = {}
     for record in faults:
         counts[record.name] = counts.get(record.name, 0) + 1
