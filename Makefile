@@ -38,7 +38,7 @@ test: install  ## the whole suite against real Postgres and Redis
 lint: install
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
-	@$(BIN)/mypy app
+	@$(BIN)/mypy app bench
 
 format: install
 	@$(BIN)/ruff format .

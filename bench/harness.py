@@ -132,6 +132,7 @@ class Run:
     workers: list[Managed] = field(default_factory=list)
     cpu_ms: dict[str, float] = field(default_factory=dict)
     machine_cores: dict[str, float] = field(default_factory=dict)  # cores busy machine-wide during a drain
+    pipeline_cores: dict[str, float] = field(default_factory=dict)  # ... by the workers, Postgres and Redis
 
     # ------------------------------------------------------------------ set-up
 
@@ -434,10 +435,14 @@ class Run:
         profiler = self._profile(f"worker-{label}", self.workers[0], None) if self.profile else None
         cpu = [psutil.Process(worker.process.pid) for worker in self.workers]
         cpu_before = [process.cpu_times() for process in cpu]
+        services_before = _service_cpu_seconds()
         psutil.cpu_percent()
         started = await self._release()
         ended = await self._wait_queue_empty(timeout)
         machine = psutil.cpu_percent()
+        services = {
+            name: (seconds - services_before.get(name, 0.0)) for name, seconds in _service_cpu_seconds().items()
+        }
         if profiler:
             profiler.cancel()
         seconds = ended - started
@@ -449,10 +454,18 @@ class Run:
         cpu_ms = sum(busy) / 100 * seconds / count * 1000
         self.cpu_ms[label] = cpu_ms
         self.machine_cores[label] = machine / 100 * (os.cpu_count() or 1)
+        self.pipeline_cores[label] = sum(busy) / 100 + sum(services.values()) / seconds
+        shares = ", ".join(f"{name} {used / seconds:.2f}" for name, used in services.items())
         self.log(
             f"  drain {label:12s} {count} jobs in {seconds:6.2f} s: {rate:7.0f} /s  {cpu_ms:5.2f} worker CPU ms/job "
-            f"(worker CPU {', '.join(f'{b:.0f}%' for b in busy)}; machine {machine:.0f}% of {os.cpu_count()} cores)"
+            f"(worker CPU {', '.join(f'{b:.0f}%' for b in busy)}; machine {machine:.0f}% of {os.cpu_count()} cores; "
+            f"cores used by {shares})"
         )
+        if label.startswith("clerk"):
+            self.notes.append(
+                f"drain {label}: cores busy: workers {sum(busy) / 100:.2f}, {shares}, "
+                f"machine {self.machine_cores[label]:.2f} of {os.cpu_count()}"
+            )
         return rate
 
     async def _clerk_backlog(self, count: int, tag: str) -> None:
@@ -513,9 +526,9 @@ class Run:
             drain_cpu_ms_1w=self.cpu_ms["clerk 1w"],
             noop_cpu_ms=self.cpu_ms["noop 1w"],
             update_cpu_ms=self.cpu_ms["update 1w"],
-            # What a second worker can add is bounded by the cores the first one left idle (the worker,
-            # Postgres and Redis share this machine): cores / cores busy with one worker.
-            drain_2w_machine_bound=min(2.0, (os.cpu_count() or 1) / max(self.machine_cores["clerk 1w"], 0.01)),
+            # The worker, Postgres and Redis share this machine: with one worker they keep some cores busy
+            # per event, so no number of workers drains faster than cores / those cores (x that rate).
+            drain_2w_machine_bound=min(2.0, (os.cpu_count() or 1) / max(self.pipeline_cores["clerk 1w"], 0.01)),
         )
 
         await self._start_worker()
@@ -633,6 +646,20 @@ class Run:
             self.notes.append(f"py-spy profile of {managed.name}: {output}")
 
         return asyncio.create_task(run())
+
+
+def _service_cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by the Postgres and Redis servers on this machine (all their processes)."""
+    totals = {"postgres": 0.0, "redis": 0.0}
+    for process in psutil.process_iter(["name"]):
+        name = process.info["name"] or ""
+        service = "postgres" if name.startswith("postgres") else "redis" if name.startswith("redis-server") else None
+        if service is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            totals[service] += times.user + times.system
+    return totals
 
 
 def _cpu_seconds(managed: Managed) -> float:
