@@ -25,9 +25,10 @@ WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
 ORDER BY received_at, id
 LIMIT $4
 """
+# By primary key: coalesce(...) IS NULL keeps the planner off the partial index of every pending row.
 _SET_ASIDE = """
 UPDATE webhook_event SET abandoned_at = now()
-WHERE id = ANY($1::bigint[]) AND abandoned_at IS NULL AND processed_at IS NULL
+WHERE id = ANY($1::bigint[]) AND coalesce(abandoned_at, processed_at) IS NULL
 RETURNING id, provider, event_id, type, attempts, last_error
 """
 _RETENTION_BATCH = """
@@ -72,10 +73,8 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         async with driver_connection(resources.db) as connection:
             rows = await connection.fetch(_PENDING_PAGE, cutoff, last_received, last_id, RECOVERY_PAGE_SIZE)
             exhausted = [r["id"] for r in rows if r["attempts"] >= settings.webhook_abandon_after_attempts]
-            set_aside = await connection.fetch(_SET_ASIDE, exhausted) if exhausted else []
-        for row in set_aside:
-            alert_set_aside(row)
-        report.set_aside += len(set_aside)
+            if exhausted:
+                report.set_aside += await _set_aside(connection, exhausted)
         due = [row["id"] for row in rows if row["id"] not in exhausted]
         queued = await resources.queue.add_many(  # one round trip per page, not one per event
             ProcessWebhookEventJob,
@@ -86,6 +85,20 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         if len(rows) < RECOVERY_PAGE_SIZE:
             return report
         last_received, last_id = rows[-1]["received_at"], rows[-1]["id"]
+
+
+async def _set_aside(connection: Any, row_ids: list[int]) -> int:
+    """Set the rows aside and alert once for each, committing only after the alerts went out.
+
+    A crash before the COMMIT leaves the rows pending, so the next tick sets them
+    aside and alerts again: an alert may repeat, but is never lost. A concurrent
+    tick waits on the row locks, then finds them set aside and alerts nothing.
+    """
+    async with connection.transaction():
+        set_aside = await connection.fetch(_SET_ASIDE, row_ids)
+        for row in set_aside:
+            alert_set_aside(row)
+    return len(set_aside)
 
 
 def alert_set_aside(row: Any) -> None:

@@ -109,6 +109,30 @@ async def test_exhausted_event_is_set_aside_with_exactly_one_alert(
         assert expected in message
 
 
+async def test_a_tick_that_dies_before_committing_its_set_aside_alerts_again_on_the_next_tick(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set-aside commits only after its alert went out: a crash in between repeats the alert, never loses it."""
+    row_id = await add_event(resources, "evt_alert_crash", age=timedelta(hours=2), attempts=33)
+    alerted: list[str] = []
+
+    def dies_after_alerting(row: Any) -> None:
+        alerted.append(row["event_id"])
+        raise SystemExit("the worker died right after alerting")
+
+    monkeypatch.setattr(maintenance, "alert_set_aside", dies_after_alerting)
+    with pytest.raises(SystemExit):
+        await recover(resources)
+    async with resources.db.session() as session:
+        row = await session.get(WebhookEvent, row_id)
+        assert row is not None and row.abandoned_at is None  # rolled back: still due for a set-aside
+
+    monkeypatch.setattr(maintenance, "alert_set_aside", lambda row: alerted.append(row["event_id"]))
+    assert (await recover(resources)).set_aside == 1
+    assert (await recover(resources)).set_aside == 0
+    assert alerted == ["evt_alert_crash", "evt_alert_crash"]
+
+
 async def test_retention_deletes_only_old_processed_events_in_batches(
     resources: Resources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
