@@ -22,6 +22,8 @@ Outcome = Literal["inserted", "reopened", "existing"]
 
 # One round trip: insert; or, for a redelivery, reopen a set-aside row
 # (exactly what retry-abandoned does for it); or report the existing row.
+# num_nonnulls(abandoned_at) = 1 is "abandoned_at IS NOT NULL" in a form the planner cannot match to the
+# partial index of set-aside rows: the row is found by its unique key, not by scanning every set-aside row.
 _STORE = """
 WITH inserted AS (
     INSERT INTO webhook_event (provider, event_id, type, payload)
@@ -30,7 +32,7 @@ WITH inserted AS (
     RETURNING id
 ), reopened AS (
     UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
-    WHERE provider = $1 AND event_id = $2 AND abandoned_at IS NOT NULL AND processed_at IS NULL
+    WHERE provider = $1 AND event_id = $2 AND num_nonnulls(abandoned_at) = 1 AND processed_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM inserted)
     RETURNING id
 )
