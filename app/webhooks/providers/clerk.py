@@ -12,7 +12,7 @@ from app.webhooks.providers.base import (
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    parse_json_object,
+    parse_event_head,
     type_matcher,
 )
 
@@ -44,11 +44,10 @@ def _verifier(settings: Settings) -> Verifier | None:
 
 
 def _parse(body: bytes, svix_id: str) -> VerifiedEvent:
-    payload = parse_json_object(body)
-    event_type = payload.get("type")
+    _, event_type = parse_event_head(body)
     if not isinstance(event_type, str) or not event_type:
         raise PayloadError("A Clerk event needs a string 'type' field.")
-    return VerifiedEvent(event_id=svix_id, event_type=event_type, payload=payload)
+    return VerifiedEvent(event_id=svix_id, event_type=event_type)
 
 
 CLERK = WebhookProvider(name="clerk", build_verifier=_verifier, handles=type_matcher(*HANDLED_TYPES))

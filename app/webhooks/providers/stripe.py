@@ -12,7 +12,7 @@ from app.webhooks.providers.base import (
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    parse_json_object,
+    parse_event_head,
     type_matcher,
 )
 
@@ -66,11 +66,10 @@ def _any_secret_verifies(text: str, header: str, secrets: tuple[str, ...]) -> bo
 
 
 def _parse(body: bytes) -> VerifiedEvent:
-    payload = parse_json_object(body)
-    event_id, event_type = payload.get("id"), payload.get("type")
+    event_id, event_type = parse_event_head(body)
     if not isinstance(event_id, str) or not isinstance(event_type, str) or not event_id:
         raise PayloadError("A Stripe event needs string 'id' and 'type' fields.")
-    return VerifiedEvent(event_id=event_id, event_type=event_type, payload=payload)
+    return VerifiedEvent(event_id=event_id, event_type=event_type)
 
 
 STRIPE = WebhookProvider(name="stripe", build_verifier=_verifier, handles=type_matcher(*HANDLED_TYPES))
