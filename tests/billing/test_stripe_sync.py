@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from arq import Retry
 
 from app.core.resources import Resources
@@ -111,37 +112,30 @@ async def test_an_event_arriving_while_a_checkout_links_its_customer_syncs_after
     assert (row.stripe_customer_id, row.seat_quantity, row.member_limit) == ("cus_new", 7, 7)
 
 
-async def test_stripe_500_then_200_is_processed_after_a_retry(
-    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+@pytest.mark.parametrize("status", [500, 429])
+async def test_a_stripe_500_or_429_is_retried_then_processed(
+    worker: Resources,
+    stripe_stub: StripeStub,
+    linked_workspace: Workspace,
+    webhook_secrets: dict[str, str],
+    status: int,
 ) -> None:
     stripe_stub.put_subscription("cus_linked", quantity=4)
-    stripe_stub.fail("/v1/customers", status=500, times=1)
+    if status == 429:
+        stripe_stub.rate_limit("/v1/customers", retry_after=7, times=1)
+    else:
+        stripe_stub.fail("/v1/customers", status=status, times=1)
     delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
 
     first = await worker_try(worker, delivery, attempt=1)
-    assert isinstance(first, Retry) and "HTTP 500" in str(first.__cause__)
+    assert isinstance(first, Retry) and f"HTTP {status}" in str(first.__cause__)
+    if status == 429:
+        assert first.defer_score == 7000  # Stripe's Retry-After, not the exponential backoff
     assert await worker_try(worker, delivery, attempt=2) is None
 
     row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
     assert row is not None and row.processed and row.attempts == 2 and row.last_error is None
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
-
-
-async def test_stripe_429_is_retried_after_the_wait_stripe_asked_for(
-    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
-) -> None:
-    stripe_stub.put_subscription("cus_linked", quantity=6)
-    stripe_stub.rate_limit("/v1/customers", retry_after=7, times=1)
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
-
-    first = await worker_try(worker, delivery, attempt=1)
-    assert isinstance(first, Retry) and "HTTP 429" in str(first.__cause__)
-    assert first.defer_score == 7000  # Stripe's Retry-After, not the exponential backoff
-    assert await worker_try(worker, delivery, attempt=2) is None
-
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and row.processed and row.attempts == 2
-    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 6
 
 
 async def test_stripe_404_for_the_customer_is_permanent_and_not_retried(
