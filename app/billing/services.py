@@ -185,6 +185,7 @@ async def sync_mirror(session: AsyncSession, gateway: StripeGateway, kind: Mirro
     obj = await gateway.mirrored(kind, stripe_id)
     workspace_id = None
     if obj.customer_id is not None:
+        await lock_customer(session, obj.customer_id)  # a checkout linking this customer commits first
         workspace_id = await session.scalar(select(Workspace.id).where(Workspace.stripe_customer_id == obj.customer_id))
     row.workspace_id = workspace_id
     row.status, row.amount, row.currency, row.reason = obj.status, obj.amount, obj.currency, obj.reason

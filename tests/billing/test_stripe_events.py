@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -13,7 +14,7 @@ from app.core.resources import Resources
 from app.identity.models import Workspace
 from app.testing import process_delivery, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
-from tests.billing.conftest import subscription_delivery, workspace_row
+from tests.billing.conftest import OpenResources, subscription_delivery, workspace_row
 from tests.factories import WorkspaceFactory, persist
 
 
@@ -139,3 +140,35 @@ async def test_early_fraud_warning_is_mirrored_with_its_charge_and_warns(
 async def _rows(resources: Resources, model: Any) -> list[Any]:
     async with resources.db.session() as session:
         return list((await session.scalars(select(model))).all())
+
+
+async def test_a_dispute_arriving_while_a_checkout_links_its_customer_is_mirrored_with_the_workspace(
+    open_resources: OpenResources, stripe_stub: StripeStub, webhook_secrets: dict[str, str]
+) -> None:
+    """Before the link commits, a lookup by customer finds no workspace: the dispute must wait for the checkout
+    and name the workspace, not be mirrored as belonging to none."""
+    checkout_worker, dispute_worker = await open_resources(), await open_resources()
+    workspace = await persist(checkout_worker.db, WorkspaceFactory.build())
+    stripe_stub.put_customer("cus_new")
+    stripe_stub.put_subscription("cus_new", id="sub_1", quantity=2)
+    stripe_stub.put_checkout_session("cs_1", customer="cus_new", client_reference_id=str(workspace.id))
+    stripe_stub.put_charge("ch_1", customer="cus_new")
+    stripe_stub.put_dispute("dp_1", charge="ch_1", amount=900, currency="usd", reason="fraudulent", status="won")
+    stripe_stub.slow("/v1/customers/cus_new", seconds=0.5, times=1)  # the checkout holds its link 0.5 s
+    secret = webhook_secrets["stripe"]
+    checkout = signed_stripe_delivery(
+        stripe_event("checkout.session.completed", stripe_object("checkout.session", id="cs_1")), secret
+    )
+
+    async def dispute_while_linking() -> None:
+        for _ in range(500):  # until the checkout has linked (uncommitted) and waits on its customer read
+            if ("GET", "/v1/customers/cus_new") in stripe_stub.requests:
+                break
+            await asyncio.sleep(0.01)
+        delivery = _event(secret, "charge.dispute.created", "dispute", id="dp_1")
+        assert (await process_delivery(dispute_worker, delivery)).processed
+
+    await asyncio.gather(process_delivery(checkout_worker, checkout), dispute_while_linking())
+
+    (dispute,) = await _rows(dispute_worker, BillingDispute)
+    assert dispute.workspace_id == workspace.id
