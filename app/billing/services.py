@@ -93,6 +93,8 @@ async def lock_customer(session: AsyncSession, customer_id: str) -> None:
     event would be processed as "nothing to sync": if Stripe changed after the
     checkout's read, that change was lost. Both take this lock first, so the
     event waits for the checkout to commit, then sees the link and reads Stripe.
+    A mirrored dispute, refund or fraud warning takes it before looking up its
+    workspace, for the same reason.
     """
     await session.execute(select(func.pg_advisory_xact_lock(_CUSTOMER_LOCK_CLASS, func.hashtext(customer_id))))
 
