@@ -1,0 +1,170 @@
+"""Phase 3, drain: backlogs drained by one and by two worker processes.
+
+A backlog of Clerk events (rows + queued jobs, held back and then released at
+once), and the same number of no-op and one-UPDATE jobs (``bench/jobs.py``) as
+references, each timed until the queue is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
+from bench.deliveries import clerk_mix
+from bench.jobs import ITEM_TABLE, BenchItem, BenchNoopJob, BenchUpdateJob
+from bench.measures import profiler, service_cpu_seconds
+
+if TYPE_CHECKING:
+    from bench.harness import Run
+
+HELD_BACK = timedelta(hours=1)  # backlog jobs are queued this far in the future, then released at once
+
+# Sets every queued job of a queue due now (score 0 would read as "finished" to arq).
+_RELEASE_LUA = """
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+for i = 1, #members do redis.call('ZADD', KEYS[1], ARGV[1], members[i]) end
+return #members
+"""
+
+
+async def drain(run: Run) -> None:
+    count = run.mode.drain_events
+    if not run.workers:
+        await run.start_worker()
+    await _warm_up(run)
+    await _clerk_backlog(run, count, "d1")
+    run.results["drain_eps_1w"] = await _drain(run, "clerk 1w", count)
+    await _check_clerk(run, count, "1 worker")
+    noop, update = await _reference_drains(run, "1w")
+    run.results.update(noop_eps=noop, update_eps=update)
+    run.results.update(
+        drain_cpu_ms_1w=run.cpu_ms["clerk 1w"],
+        noop_cpu_ms=run.cpu_ms["noop 1w"],
+        update_cpu_ms=run.cpu_ms["update 1w"],
+        # The worker, Postgres and Redis share this machine: with one worker they keep some cores busy
+        # per event, so no number of workers drains faster than cores / those cores (x that rate).
+        drain_2w_machine_bound=min(2.0, (os.cpu_count() or 1) / max(run.pipeline_cores["clerk 1w"], 0.01)),
+    )
+
+    await run.start_worker()
+    await _warm_up(run)
+    await _clerk_backlog(run, count, "d2")
+    run.results["drain_eps_2w"] = await _drain(run, "clerk 2w", count)
+    await _check_clerk(run, count, "2 workers")
+    if run.mode.reference_drains_2w:
+        noop2, update2 = await _reference_drains(run, "2w")
+        run.results.update(noop_eps_2w=noop2, update_eps_2w=update2)
+    for worker in list(run.workers):
+        run.processes.stop(worker)
+    run.workers = []
+    await run.reset_inbox()
+
+
+async def _release(run: Run) -> float:
+    """Make every held-back job due now; returns when that happened (perf_counter)."""
+    started = time.perf_counter()
+    now_ms = int(time.time() * 1000)
+    await run.redis.eval(_RELEASE_LUA, 1, run.queue_key, str(now_ms))  # type: ignore[misc]
+    return started
+
+
+async def _enqueue_all(run: Run, job_cls: Any, items: Sequence[Any], ids: Callable[[Any], str | None]) -> None:
+    for start in range(0, len(items), 50):
+        chunk = items[start : start + 50]
+        added = await asyncio.gather(
+            *(run.resources.queue.add(job_cls, item, deduplication_id=ids(item), delay=HELD_BACK) for item in chunk)
+        )
+        if any(job_id is None for job_id in added):
+            raise RuntimeError(f"{job_cls.name()}: a backlog job was not queued")
+
+
+async def _drain(run: Run, label: str, count: int) -> float:
+    timeout = max(60.0, count / 50)
+    profile = profiler(run, f"worker-{label}", run.workers[0], None) if run.profile else None
+    cpu = [psutil.Process(worker.process.pid) for worker in run.workers]
+    cpu_before = [process.cpu_times() for process in cpu]
+    services_before = service_cpu_seconds()
+    psutil.cpu_percent()
+    started = await _release(run)
+    ended = await run.wait_queue_empty(timeout)
+    machine = psutil.cpu_percent()
+    services = {name: (seconds - services_before.get(name, 0.0)) for name, seconds in service_cpu_seconds().items()}
+    if profile:
+        profile.cancel()
+    seconds = ended - started
+    busy = [
+        (after.user + after.system - before.user - before.system) / seconds * 100
+        for before, after in zip(cpu_before, (process.cpu_times() for process in cpu), strict=True)
+    ]
+    rate = count / seconds
+    cpu_ms = sum(busy) / 100 * seconds / count * 1000
+    run.cpu_ms[label] = cpu_ms
+    run.machine_cores[label] = machine / 100 * (os.cpu_count() or 1)
+    run.pipeline_cores[label] = sum(busy) / 100 + sum(services.values()) / seconds
+    shares = ", ".join(f"{name} {used / seconds:.2f}" for name, used in services.items())
+    run.log(
+        f"  drain {label:12s} {count} jobs in {seconds:6.2f} s: {rate:7.0f} /s  {cpu_ms:5.2f} worker CPU ms/job "
+        f"(worker CPU {', '.join(f'{b:.0f}%' for b in busy)}; machine {machine:.0f}% of {os.cpu_count()} cores; "
+        f"cores used by {shares})"
+    )
+    if label.startswith("clerk"):
+        run.notes.append(
+            f"drain {label}: cores busy: workers {sum(busy) / 100:.2f}, {shares}, "
+            f"machine {run.machine_cores[label]:.2f} of {os.cpu_count()}"
+        )
+    return rate
+
+
+async def _clerk_backlog(run: Run, count: int, tag: str) -> None:
+    events = clerk_mix(count, tag, seed=sum(map(ord, tag)))
+    records = [("clerk", event.event_id, event.event_type, event.body) for event in events]
+    async with run.pool.acquire() as connection:
+        await connection.copy_records_to_table(
+            "webhook_event", records=records, columns=["provider", "event_id", "type", "payload"]
+        )
+        rows = await connection.fetch("SELECT id FROM webhook_event WHERE processed_at IS NULL")
+    ids = [row["id"] for row in rows]
+    data = [ProcessWebhookEventData(event_row_id=row_id) for row_id in ids]
+    await _enqueue_all(run, ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
+
+
+async def _check_clerk(run: Run, count: int, label: str) -> None:
+    row = await run.pool.fetchrow(
+        "SELECT count(*) FILTER (WHERE processed_at IS NOT NULL) AS done, "
+        "count(*) FILTER (WHERE last_error IS NOT NULL OR attempts > 1) AS retried FROM webhook_event"
+    )
+    if row["done"] != count:
+        run.notes.append(f"drain {label}: {row['done']} of {count} events processed")
+    if row["retried"]:
+        run.notes.append(f"drain {label}: {row['retried']} events needed more than one attempt")
+
+
+async def _reference_drains(run: Run, suffix: str) -> tuple[float, float]:
+    count = run.mode.drain_events
+    items = [BenchItem(id=n) for n in range(1, count + 1)]
+    await _enqueue_all(run, BenchNoopJob, items, lambda item: None)
+    noop = await _drain(run, f"noop {suffix}", count)
+    await run.pool.execute(f"TRUNCATE {ITEM_TABLE}")
+    await run.pool.execute(f"INSERT INTO {ITEM_TABLE} (id) SELECT generate_series(1, $1::int)", count)
+    await _enqueue_all(run, BenchUpdateJob, items, lambda item: None)
+    update = await _drain(run, f"update {suffix}", count)
+    done = await run.pool.fetchval(f"SELECT count(*) FROM {ITEM_TABLE} WHERE n = 1")
+    if done != count:
+        run.notes.append(f"update drain {suffix}: {done} of {count} rows updated once")
+    return noop, update
+
+
+async def _warm_up(run: Run) -> None:
+    """A few Clerk events through every worker first: a fresh worker prepares its statements on the way."""
+    await run.reset_inbox()
+    await _clerk_backlog(run, max(50, run.mode.drain_events // 20), "warm")
+    await _release(run)
+    await run.wait_queue_empty(within=60.0)
+    await run.reset_inbox()
