@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -87,3 +88,12 @@ async def worker_try(resources: Resources, delivery: Delivery, attempt: int) -> 
     except Exception as exc:
         return exc
     return None
+
+
+async def wait_for_stub_request(stub: StripeStub, method: str, path: str) -> None:
+    """Until the stub has received ``method path`` (e.g. a checkout holding its link, waiting on its read)."""
+    for _ in range(500):  # 5 s
+        if (method, path) in stub.requests:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the Stripe stub never received {method} {path} within 5 s")

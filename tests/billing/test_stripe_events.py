@@ -14,7 +14,7 @@ from app.core.resources import Resources
 from app.identity.models import Workspace
 from app.testing import process_delivery, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
-from tests.billing.conftest import OpenResources, subscription_delivery, workspace_row
+from tests.billing.conftest import OpenResources, subscription_delivery, wait_for_stub_request, workspace_row
 from tests.factories import WorkspaceFactory, persist
 
 
@@ -161,10 +161,8 @@ async def test_a_dispute_arriving_while_a_checkout_links_its_customer_is_mirrore
     )
 
     async def dispute_while_linking() -> None:
-        for _ in range(500):  # until the checkout has linked (uncommitted) and waits on its customer read
-            if ("GET", "/v1/customers/cus_new") in stripe_stub.requests:
-                break
-            await asyncio.sleep(0.01)
+        # until the checkout has linked (uncommitted) and waits on its customer read
+        await wait_for_stub_request(stripe_stub, "GET", "/v1/customers/cus_new")
         delivery = _event(secret, "charge.dispute.created", "dispute", id="dp_1")
         assert (await process_delivery(dispute_worker, delivery)).processed
 

@@ -13,7 +13,13 @@ from app.identity.models import Workspace
 from app.queue.errors import PermanentError
 from app.testing import process_delivery, read_inbox_row, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
-from tests.billing.conftest import OpenResources, subscription_delivery, worker_try, workspace_row
+from tests.billing.conftest import (
+    OpenResources,
+    subscription_delivery,
+    wait_for_stub_request,
+    worker_try,
+    workspace_row,
+)
 from tests.factories import WorkspaceFactory, persist
 
 
@@ -92,10 +98,8 @@ async def test_an_event_arriving_while_a_checkout_links_its_customer_syncs_after
     )
 
     async def event_while_linking() -> None:
-        for _ in range(500):  # until the checkout has linked (uncommitted) and waits on its customer read
-            if ("GET", "/v1/customers/cus_new") in stripe_stub.requests:
-                break
-            await asyncio.sleep(0.01)
+        # until the checkout has linked (uncommitted) and waits on its customer read
+        await wait_for_stub_request(stripe_stub, "GET", "/v1/customers/cus_new")
         assert (await process_delivery(event_worker, subscription_delivery(secret, "cus_new", id="sub_1"))).processed
 
     async def change_stripe_after_the_checkout_commits() -> None:
