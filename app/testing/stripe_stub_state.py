@@ -75,31 +75,9 @@ class StripeStubState:
         """Stripe still answers 200 for a deleted customer, with only ``deleted: true`` left."""
         return self.put({"id": id, "object": "customer", "deleted": True})
 
-    def put_subscription(
-        self,
-        customer_id: str,
-        *,
-        id: str | None = None,
-        status: str = "active",
-        quantity: int = 3,
-        price_id: str = "price_seats",
-        current_period_end: int | None = None,
-        cancel_at_period_end: bool = False,
-        **fields: Any,
-    ) -> dict[str, Any]:
-        """One seat-priced item; see ``deliveries.stripe_subscription``."""
-        return self.put(
-            stripe_subscription(
-                customer_id,
-                id=id,
-                status=status,
-                quantity=quantity,
-                price_id=price_id,
-                current_period_end=current_period_end,
-                cancel_at_period_end=cancel_at_period_end,
-                **fields,
-            )
-        )
+    def put_subscription(self, customer_id: str, **fields: Any) -> dict[str, Any]:
+        """One seat-priced item; ``fields`` as ``deliveries.stripe_subscription`` takes them (id, quantity, ...)."""
+        return self.put(stripe_subscription(customer_id, **fields))
 
     def put_checkout_session(
         self, id: str, *, customer: str | None = None, client_reference_id: str | None = None, **fields: Any

@@ -65,16 +65,20 @@ def retry_abandoned(env: dict[str, str]) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
+async def empty_effects_table(resources: Resources) -> None:
+    async with resources.db.session() as session:
+        await session.execute(text(CREATE_TABLE))
+        await session.execute(text(EMPTY_TABLE))
+        await session.commit()
+
+
 async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
     settings_env: dict[str, str], start_worker: Any, sentry_stub: SentryIngestStub
 ) -> None:
     env = {**settings_env, **FAST_RETRIES, "SENTRY_DSN": sentry_stub.dsn}
     resources = Resources.open(load_settings(env))
     try:
-        async with resources.db.session() as session:
-            await session.execute(text(CREATE_TABLE))
-            await session.execute(text(EMPTY_TABLE))
-            await session.commit()
+        await empty_effects_table(resources)
         init_sentry(resources.settings, "worker")  # the recovery rounds below run in this process
         await resources.redis.set(failing_key(resources.settings.redis_namespace), 1)
         await start_worker(**FAST_RETRIES, SENTRY_DSN=sentry_stub.dsn)
@@ -122,10 +126,7 @@ async def test_fifty_queued_copies_of_one_event_process_it_once(
 ) -> None:
     resources = Resources.open(load_settings(settings_env))
     try:
-        async with resources.db.session() as session:
-            await session.execute(text(CREATE_TABLE))
-            await session.execute(text(EMPTY_TABLE))
-            await session.commit()
+        await empty_effects_table(resources)
         stored = await store_event(resources.db, PROVIDER, "evt_many_copies", "thing.happened", "{}")
         # Recovery, redeliveries and operators may all queue it; arq's dedup and the row lock keep it to one run.
         await asyncio.gather(*(queue_event(resources, stored.row_id) for _ in range(50)))
