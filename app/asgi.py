@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import click
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
 from litestar import Litestar
 from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins import CLIPluginProtocol
 from litestar.types import Scope
 
@@ -23,6 +26,13 @@ from app.core.settings import Settings, get_settings
 from app.modules import api_modules
 
 logger = logging.getLogger("app.api")
+# GET /schema is the JSON document itself (also at /schema/openapi.json): no UI loaded from another host.
+OPENAPI = OpenAPIConfig(
+    title="SaaS jobs and webhook inbox",
+    version="1",
+    path="/schema",
+    render_plugins=[JsonRenderPlugin(path=["/", "/openapi.json"])],
+)
 
 
 class ModuleCLIPlugin(CLIPluginProtocol):
@@ -67,7 +77,7 @@ def build_app(settings: Settings, modules: list[FeatureModule] | None = None) ->
     init_sentry(settings, "api")
     resources = Resources.open(settings, modules=modules)
     return Litestar(
-        route_handlers=[handler for module in modules for handler in module.route_handlers],
+        route_handlers=_route_handlers(modules, resources),
         plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin(_cli_modules())],
         middleware=[request_context_middleware],
         lifespan=[_lifespan(resources, modules)],
@@ -76,8 +86,17 @@ def build_app(settings: Settings, modules: list[FeatureModule] | None = None) ->
         state=None,
         debug=False,
         request_max_body_size=settings.webhook_max_body_bytes,
-        openapi_config=None,
+        openapi_config=OPENAPI,
     )
+
+
+def _route_handlers(modules: list[FeatureModule], resources: Resources) -> list[Any]:
+    handlers: list[Any] = []
+    for module in modules:
+        handlers += module.route_handlers
+        if module.route_factory is not None:
+            handlers += module.route_factory(resources)
+    return handlers
 
 
 def _cli_modules() -> list[FeatureModule]:

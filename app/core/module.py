@@ -18,6 +18,8 @@ import click
 class FeatureModule:
     name: str
     route_handlers: Sequence[Any] = ()
+    # API only: ``route_factory(resources)`` returns route handlers that depend on the settings
+    route_factory: Callable[[Any], Sequence[Any]] | None = None
     jobs: Sequence[type[Any]] = ()
     crons: Sequence[type[Any]] = ()
     cli_groups: Sequence[click.Group] = ()

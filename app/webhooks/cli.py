@@ -9,7 +9,8 @@ from sqlalchemy import Select, or_, select, update
 
 from app.core.commands import run_with_resources
 from app.core.resources import Resources
-from app.webhooks.maintenance import queue_event, reopen_abandoned
+from app.webhooks.jobs import queue_processing
+from app.webhooks.maintenance import reopen_abandoned
 from app.webhooks.models import WebhookEvent
 
 STATUSES = ("pending", "failed", "abandoned", "processed")
@@ -91,7 +92,7 @@ def retry_command(identifier: str, provider: str | None) -> None:
         if event.abandoned_at is not None:
             await reopen_abandoned(resources, event.id)
             return f"Reopened and queued {event.provider} event {event.event_id} (row {event.id})."
-        queued = await queue_event(resources, event.id)
+        queued = await queue_processing(resources.queue, event.id)
         state = "Queued" if queued else "Already queued:"
         return f"{state} {event.provider} event {event.event_id} (row {event.id})."
 
@@ -111,7 +112,7 @@ def replay_command(identifier: str, provider: str | None) -> None:
                 .values(processed_at=None, abandoned_at=None, attempts=0, last_error=None)
             )
             await session.commit()
-        await queue_event(resources, event.id)
+        await queue_processing(resources.queue, event.id)
         return f"Replaying {event.provider} event {event.event_id} (row {event.id})."
 
     click.echo(run_with_resources(work))

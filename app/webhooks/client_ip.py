@@ -17,6 +17,10 @@ from typing import TypeAlias
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+IPV6_LIMIT_PREFIX = 64
+"""IPv6 clients are limited per /64: one host usually holds a whole /64, so a limit per address
+would give it 2^64 buckets."""
+
 UNKNOWN_CLIENT = "unknown"
 """The client when the server reports no peer (e.g. a Unix socket): all such
 requests share one bucket rather than believing a header."""
@@ -51,6 +55,29 @@ def client_ip(
         if not _is_trusted(hop, trusted):
             break
     return str(candidate)
+
+
+def forwarded_for(lines: Sequence[str]) -> str | None:
+    """Several ``X-Forwarded-For`` lines are one list: joined with commas, in the order received.
+
+    A proxy that appends its own line instead of extending the first must not
+    leave its hop unread (reading only the first line let a client past its limit).
+    """
+    if not lines:
+        return None
+    return lines[0] if len(lines) == 1 else ",".join(lines)
+
+
+@functools.lru_cache(maxsize=4096)
+def rate_limit_key(client: str) -> str:
+    """The bucket of a client address: itself, or its /64 network for IPv6."""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return client
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, IPV6_LIMIT_PREFIX), strict=False))
+    return client
 
 
 def parse_trusted_proxies(value: str) -> list[Network]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from app.core.settings import Settings
 from app.queue.job import DEFAULT_BACKOFF_CAP_SECONDS, Job, RetryPolicy
+from app.queue.protocol import MessageQueue
 from app.queue.queues import QueueName
 from app.webhooks.processing import process_event
 
@@ -33,3 +36,17 @@ class ProcessWebhookEventJob(Job[ProcessWebhookEventData]):
 
     async def handle(self, data: ProcessWebhookEventData) -> None:
         await process_event(self.resources, data.event_row_id)
+
+
+async def queue_processing(queue: MessageQueue, row_id: int) -> bool:
+    """Queue the processing job of one inbox row; False when its job already waits, runs or retries."""
+    job_id = await queue.add(
+        ProcessWebhookEventJob, ProcessWebhookEventData(event_row_id=row_id), deduplication_id=deduplication_id(row_id)
+    )
+    return job_id is not None
+
+
+async def queue_processing_many(queue: MessageQueue, row_ids: Iterable[int]) -> list[bool]:
+    """``queue_processing`` for a page of rows in one round trip (the recovery cron)."""
+    items = [(ProcessWebhookEventData(event_row_id=row_id), deduplication_id(row_id)) for row_id in row_ids]
+    return [job_id is not None for job_id in await queue.add_many(ProcessWebhookEventJob, items)]

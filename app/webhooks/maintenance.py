@@ -10,7 +10,7 @@ from typing import Any
 from app.core.resources import Resources
 from app.core.sentry import report_message
 from app.webhooks.inbox import driver_connection
-from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
+from app.webhooks.jobs import queue_processing, queue_processing_many
 
 logger = logging.getLogger(__name__)
 
@@ -53,16 +53,6 @@ class RecoveryReport:
     set_aside: int = 0
 
 
-async def queue_event(resources: Resources, row_id: int) -> bool:
-    """Queue the processing job of one row; False when its job already waits, runs or retries."""
-    job_id = await resources.queue.add(
-        ProcessWebhookEventJob,
-        ProcessWebhookEventData(event_row_id=row_id),
-        deduplication_id=deduplication_id(row_id),
-    )
-    return job_id is not None
-
-
 async def recover(resources: Resources, now: datetime | None = None) -> RecoveryReport:
     """Queue again every pending event older than the recovery delay; set aside exhausted ones."""
     settings = resources.settings
@@ -76,12 +66,9 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
             if exhausted:
                 report.set_aside += await _set_aside(connection, exhausted)
         due = [row["id"] for row in rows if row["id"] not in exhausted]
-        queued = await resources.queue.add_many(  # one round trip per page, not one per event
-            ProcessWebhookEventJob,
-            [(ProcessWebhookEventData(event_row_id=row_id), deduplication_id(row_id)) for row_id in due],
-        )
-        report.requeued += sum(job_id is not None for job_id in queued)
-        report.already_queued += sum(job_id is None for job_id in queued)
+        queued = await queue_processing_many(resources.queue, due)  # one round trip per page, not one per event
+        report.requeued += sum(queued)
+        report.already_queued += len(queued) - sum(queued)
         if len(rows) < RECOVERY_PAGE_SIZE:
             return report
         last_received, last_id = rows[-1]["received_at"], rows[-1]["id"]
@@ -139,7 +126,7 @@ async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> l
     reopened = [row["id"] for row in rows]
     for reopened_id in reopened:
         try:
-            await queue_event(resources, reopened_id)
+            await queue_processing(resources.queue, reopened_id)
         except Exception as exc:  # reopened anyway: the recovery cron queues it
             logger.warning("Reopened row %s but could not queue it now (%s).", reopened_id, exc)
     return reopened

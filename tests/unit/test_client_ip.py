@@ -71,3 +71,20 @@ def test_parse_trusted_proxies_names_the_bad_entry() -> None:
         parse_trusted_proxies("192.0.2.0/24, 10.0.0.0/33")
     with pytest.raises(ValueError, match=r"'proxy\.internal'"):
         parse_trusted_proxies("proxy.internal")
+
+
+def test_forwarded_for_lines_are_joined_in_order() -> None:
+    from app.webhooks.client_ip import forwarded_for
+
+    assert forwarded_for([]) is None
+    assert forwarded_for(["1.2.3.4"]) == "1.2.3.4"
+    assert forwarded_for(["1.2.3.4", "5.6.7.8, 10.0.0.1"]) == "1.2.3.4,5.6.7.8, 10.0.0.1"
+
+
+def test_rate_limit_buckets_are_addresses_and_ipv6_64_networks() -> None:
+    from app.webhooks.client_ip import rate_limit_key
+
+    assert rate_limit_key("203.0.113.9") == "203.0.113.9"
+    assert rate_limit_key("2001:db8:1:2:aaaa::1") == rate_limit_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert rate_limit_key("2001:db8:1:3::1") != rate_limit_key("2001:db8:1:2::1")
+    assert rate_limit_key(UNKNOWN_CLIENT) == UNKNOWN_CLIENT

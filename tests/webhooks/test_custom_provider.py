@@ -19,7 +19,7 @@ from app.webhooks.providers.base import (
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    parse_json_object,
+    decode_payload,
     type_matcher,
 )
 from tests.webhooks.conftest import inbox_rows
@@ -32,8 +32,8 @@ def _acme_verifier(settings: Settings) -> Verifier | None:
         expected = "sha256=" + hmac.new(ACME_SECRET, body, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(headers.get("x-acme-signature", ""), expected):
             raise SignatureError("Bad X-Acme-Signature.")
-        payload = parse_json_object(body)
-        return VerifiedEvent(event_id=str(payload["event_id"]), event_type=str(payload["kind"]), payload=payload)
+        payload = decode_payload(body)
+        return VerifiedEvent.of(payload.get("event_id"), payload.get("kind"), payload)
 
     return verify
 

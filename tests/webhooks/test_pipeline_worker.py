@@ -18,7 +18,8 @@ from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
 from app.testing.processes import child_env
 from app.webhooks.inbox import store_event
-from app.webhooks.maintenance import queue_event, recover
+from app.webhooks.jobs import queue_processing
+from app.webhooks.maintenance import recover
 from app.webhooks.models import WebhookEvent
 from tests.processes import ROOT, wait_for, worker_starter
 from tests.stubs.sentry_ingest import SentryIngestStub, exception_types
@@ -89,7 +90,7 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
             row = await row_of(resources, row_id)
             return row.attempts == attempts and await resources.queue.state(f"webhook-event:{row_id}") == "absent"
 
-        assert await queue_event(resources, row_id)
+        assert await queue_processing(resources.queue, row_id)
         await wait_for(lambda: settled_at(3), 20, "the first round: 1 try + 2 retries")
         assert (await recover(resources)).requeued == 1
         await wait_for(lambda: settled_at(6), 20, "the second round")
@@ -129,7 +130,7 @@ async def test_fifty_queued_copies_of_one_event_process_it_once(
         await empty_effects_table(resources)
         stored = await store_event(resources.db, PROVIDER, "evt_many_copies", "thing.happened", "{}")
         # Recovery, redeliveries and operators may all queue it; arq's dedup and the row lock keep it to one run.
-        await asyncio.gather(*(queue_event(resources, stored.row_id) for _ in range(50)))
+        await asyncio.gather(*(queue_processing(resources.queue, stored.row_id) for _ in range(50)))
         await start_worker()
         await wait_for(lambda: successes(resources), 20, "the event to be processed")
         await asyncio.sleep(0.5)

@@ -82,3 +82,42 @@ async def test_two_api_processes_together_admit_the_limit(
     statuses = [response.status_code for batch in batches for response in batch]
     assert statuses.count(200) == 100
     assert statuses.count(429) == 80
+
+
+async def test_every_forwarded_for_line_is_read_so_a_spoofed_first_line_cannot_dodge_the_limit(
+    settings_env: dict[str, str], webhook_secrets: dict[str, str]
+) -> None:
+    """A trusted proxy that appends its own X-Forwarded-For line: the client is the last untrusted address."""
+    env = {**settings_env, "TRUSTED_PROXIES": "127.0.0.1/32, 10.0.0.0/8", "WEBHOOK_RATE_LIMIT_PER_MINUTE": "3"}
+    delivery = signed_stripe_delivery(stripe_event("payout.paid", UNHANDLED), webhook_secrets["stripe"])
+    with api_process(env) as base_url:
+        async with httpx.AsyncClient(timeout=10) as client:
+            statuses = []
+            for index in range(5):
+                headers = [
+                    *delivery.headers.items(),
+                    ("X-Forwarded-For", f"198.51.100.{index}"),  # written by the client: a lie that changes
+                    ("X-Forwarded-For", "203.0.113.7, 10.0.0.5"),  # the proxies' own line
+                ]
+                response = await client.post(f"{base_url}/webhooks/stripe", content=delivery.body, headers=headers)
+                statuses.append(response.status_code)
+    assert statuses == [200] * 3 + [429] * 2
+
+
+async def test_ipv6_clients_share_a_limit_per_64_network(
+    settings_env: dict[str, str], webhook_secrets: dict[str, str]
+) -> None:
+    env = {**settings_env, "TRUSTED_PROXIES": "127.0.0.1/32", "WEBHOOK_RATE_LIMIT_PER_MINUTE": "2"}
+    delivery = signed_stripe_delivery(stripe_event("payout.paid", UNHANDLED), webhook_secrets["stripe"])
+    with api_process(env) as base_url:
+        async with httpx.AsyncClient(timeout=10) as client:
+
+            async def post_from(address: str) -> int:
+                headers = {**delivery.headers, "X-Forwarded-For": address}
+                response = await client.post(f"{base_url}/webhooks/stripe", content=delivery.body, headers=headers)
+                return response.status_code
+
+            same_network = [await post_from(f"2001:db8:0:1::{host}") for host in (1, 2, 3)]
+            other_network = await post_from("2001:db8:0:2::1")
+    assert same_network == [200, 200, 429]
+    assert other_network == 200

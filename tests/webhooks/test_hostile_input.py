@@ -1,0 +1,254 @@
+"""Hostile input at intake (SPEC 12, the rows added for it): a clear 4xx, nothing stored, never a 5xx."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+from stripe import WebhookSignature
+from svix.webhooks import Webhook
+
+from app.core.resources import Resources
+from app.testing.deliveries import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event
+from app.webhooks import guards
+from tests.webhooks.conftest import inbox_count, inbox_rows
+
+
+def stripe_headers(body: bytes, secret: str, *, timestamp: int | None = None) -> dict[str, str]:
+    header = WebhookSignature.generate_signature_header(body.decode(), secret, timestamp=timestamp or int(time.time()))
+    return {"Content-Type": "application/json", "Stripe-Signature": header}
+
+
+def clerk_headers(body: bytes, secret: str, msg_id: str = "msg_hostile") -> dict[str, str]:
+    from datetime import UTC, datetime
+
+    when = datetime.now(UTC)
+    return {
+        "svix-id": msg_id,
+        "svix-timestamp": str(int(when.timestamp())),
+        "svix-signature": Webhook(secret).sign(msg_id, when, body.decode()),
+    }
+
+
+def nested(depth: int) -> bytes:
+    """A Stripe event whose ``data`` holds arrays nested so the whole body is ``depth`` levels deep."""
+    inner = b"[" * (depth - 2) + b"]" * (depth - 2)
+    return b'{"id":"evt_deep","type":"customer.subscription.updated","data":{"object":' + inner + b"}}"
+
+
+async def test_unsigned_garbled_and_non_ascii_signature_headers_get_400(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    body = b'{"id": "evt_1", "type": "customer.subscription.updated"}'
+    now = int(time.time())
+    headers_tried: list[dict[str, Any]] = [
+        {"Stripe-Signature": f"t={now},v1=".encode() + "é".encode("latin-1") * 64},  # TypeError in hmac before
+        {"Stripe-Signature": "garbage"},
+        {"Stripe-Signature": f"t=soon,v1={'0' * 64}"},
+        {"Stripe-Signature": f"t={now}"},
+        {"Stripe-Signature": f"t={now},t={now},v1={'0' * 64}"},
+        {"Stripe-Signature": f"t={now}," + ",".join(f"v1={'0' * 64}" for _ in range(200))},  # over 8 KB
+    ]
+    for headers in headers_tried:
+        response = await client.post("/webhooks/stripe", content=body, headers={**headers, "Content-Type": "x"})
+        assert response.status_code == 400, (headers, response.text)
+        assert response.json()["detail"]
+    assert await inbox_count(resources) == 0
+
+
+async def test_a_stripe_timestamp_more_than_300_s_in_the_future_is_refused(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    body = b'{"id": "evt_future", "type": "customer.subscription.updated"}'
+    future = stripe_headers(body, webhook_secrets["stripe"], timestamp=int(time.time()) + 3600)
+    response = await client.post("/webhooks/stripe", content=body, headers=future)
+    assert response.status_code == 400
+    assert "future" in response.json()["detail"]
+    assert await inbox_count(resources) == 0
+
+
+@pytest.mark.parametrize(
+    "field_json",
+    [
+        b'"id": "evt_' + b"x" * 300 + b'", "type": "customer.subscription.updated"',
+        b'"id": "evt_nul\\u0000", "type": "customer.subscription.updated"',
+        b'"id": "evt_ok", "type": "customer.subscription.' + b"x" * 300 + b'"',
+        b'"id": "evt_ok", "type": "customer.subscription.updated\\u0000"',
+        b'"id": 42, "type": "customer.subscription.updated"',
+    ],
+)
+async def test_an_event_id_or_type_that_cannot_be_stored_is_refused_for_good(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str], field_json: bytes
+) -> None:
+    """Over 255 characters or holding NUL: a 400 (do not deliver again), where it was a 503 forever."""
+    body = b"{" + field_json + b"}"
+    response = await client.post(
+        "/webhooks/stripe", content=body, headers=stripe_headers(body, webhook_secrets["stripe"])
+    )
+    assert response.status_code == 400, response.text
+    assert await inbox_count(resources) == 0
+
+
+async def test_a_clerk_svix_id_that_cannot_be_stored_is_refused(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    body = b'{"type": "user.created", "data": {"id": "user_1"}}'
+    headers = clerk_headers(body, webhook_secrets["clerk"], msg_id="msg_" + "x" * 300)
+    response = await client.post("/webhooks/clerk", content=body, headers=headers)
+    assert response.status_code == 400
+    assert await inbox_count(resources) == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        nested(65),
+        nested(10_000),
+        b'{"id": "evt_big", "type": "customer.subscription.updated", "n": ' + b"9" * 5000 + b"}",
+        b'{"id": "evt_inf", "type": "customer.subscription.updated", "n": 1e400}',
+        b'{"id": "evt_surrogate", "type": "customer.subscription.updated", "s": "\\ud800"}',
+    ],
+    ids=["65-deep", "10000-deep", "5000-digits", "1e400", "lone-surrogate"],
+)
+async def test_a_signed_body_the_decoder_refuses_gets_400_and_stores_nothing(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str], body: bytes
+) -> None:
+    response = await client.post(
+        "/webhooks/stripe", content=body, headers=stripe_headers(body, webhook_secrets["stripe"])
+    )
+    assert response.status_code == 400, response.text
+    assert await inbox_count(resources) == 0
+
+
+async def test_64_levels_and_numbers_postgres_cannot_hold_are_stored_as_the_worker_reads_them(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    deep = nested(64)
+    tiny = b'{"id": "evt_tiny", "type": "customer.subscription.updated", "n": 1e-20000}'  # overflows numeric
+    for body in (deep, tiny):
+        headers = stripe_headers(body, webhook_secrets["stripe"])
+        response = await client.post("/webhooks/stripe", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+    rows = {row.event_id: row for row in await inbox_rows(resources)}
+    assert rows["evt_tiny"].payload["n"] == 0.0
+    assert set(rows) == {"evt_deep", "evt_tiny"}
+
+
+async def test_a_switched_off_route_answers_404_whatever_the_body(make_client: Any) -> None:
+    client = await make_client(BILLING_PROVIDER="none", WEBHOOK_MAX_BODY_BYTES="1024")
+    big = b"{" + b" " * (2 * 1024 * 1024) + b"}"
+    response = await client.post("/webhooks/stripe", content=big, headers={"Content-Type": "application/json"})
+    assert response.status_code == 404
+
+
+async def asgi_post(app: Any, path: str, receive: Any) -> list[dict[str, Any]]:
+    """One POST straight into the ASGI app, its body as ``receive`` gives it (a test client sends it whole)."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")],
+        "client": ("192.0.2.1", 4000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_body_not_received_within_the_time_limit_gets_408(
+    client: Any, resources: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunks = [{"type": "http.request", "body": b'{"id": "evt_slow",', "more_body": True}]
+
+    async def trickle() -> dict[str, Any]:
+        if chunks:
+            return chunks.pop(0)
+        await asyncio.sleep(5)  # the rest never comes in time
+        return {"type": "http.request", "body": b"}", "more_body": False}
+
+    for guard in _guards(client):
+        monkeypatch.setattr(guard, "body_timeout", 0.2)
+    sent = await asgi_post(client.app, "/webhooks/stripe", trickle)
+    assert sent[0]["status"] == 408
+    assert (b"connection", b"close") in sent[0]["headers"]
+    assert await inbox_count(resources) == 0
+
+
+async def test_a_client_gone_mid_body_is_quiet(client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing above info in the logs (the access line is info), and nothing for Sentry: it is not our fault."""
+    messages = [{"type": "http.request", "body": b'{"id": "evt_', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    with caplog.at_level(logging.INFO):
+        sent = await asgi_post(client.app, "/webhooks/stripe", receive)
+    assert sent[0]["status"] == 400
+    assert not [record for record in caplog.records if record.levelno > logging.INFO]
+
+
+async def test_refused_deliveries_are_logged_at_warning_once_a_minute_with_a_count(
+    client: Any, webhook_secrets: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A secret rotated wrongly shows at once, without a line per request."""
+    delivery = signed_stripe_delivery(
+        stripe_event("payout.paid", {"id": "po_1"}), "whsec_" + "d3Jvbmctc2VjcmV0LXdyb25n"
+    )
+    with caplog.at_level(logging.WARNING, logger="app.webhooks.refusals"):
+        for _ in range(3):
+            response = await client.post("/webhooks/stripe", content=delivery.body, headers=delivery.headers)
+            assert response.status_code == 400
+    (line,) = [record for record in caplog.records if record.name == "app.webhooks.refusals"]
+    assert line.levelno == logging.WARNING
+    assert (line.provider, line.reason) == ("stripe", "rejected_signature")  # type: ignore[attr-defined]
+    assert "STRIPE_WEBHOOK_SECRET" in line.getMessage()
+
+
+async def test_the_openapi_document_describes_the_webhook_routes(client: Any) -> None:
+    response = await client.get("/schema")
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    assert {"/webhooks/stripe", "/webhooks/clerk", "/health", "/ready"} <= set(paths)
+    stripe = paths["/webhooks/stripe"]["post"]
+    assert {p["name"] for p in stripe["parameters"] if p["in"] == "header"} == {"Stripe-Signature"}
+    assert set(stripe["responses"]) == {"200", "400", "408", "413", "429", "503"}
+    clerk = paths["/webhooks/clerk"]["post"]
+    assert {p["name"] for p in clerk["parameters"]} == {"svix-id", "svix-timestamp", "svix-signature"}
+
+
+async def test_a_clerk_delivery_with_oversized_or_non_ascii_svix_headers_gets_400(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    delivery = signed_clerk_delivery(clerk_event("user.created"), webhook_secrets["clerk"])
+    for name, value in (
+        ("svix-signature", "v1," + "A" * 9000),
+        ("svix-signature", b"v1," + "é".encode("latin-1")),
+    ):
+        response = await client.post(
+            "/webhooks/clerk", content=delivery.body, headers={**delivery.headers, name: value}
+        )
+        assert response.status_code == 400
+    assert await inbox_count(resources) == 0
+
+
+def _guards(client: Any) -> list[guards.WebhookSignatureGuard]:
+    found = []
+    for route in client.app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            found += [guard for guard in handler.guards or () if isinstance(guard, guards.WebhookSignatureGuard)]
+    return found
