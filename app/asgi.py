@@ -26,6 +26,8 @@ from app.core.settings import Settings, get_settings
 from app.modules import api_modules
 
 logger = logging.getLogger("app.api")
+# A statement of the API (intake's insert above all) that runs longer is cancelled by Postgres: 503, not a hang.
+API_STATEMENT_TIMEOUT_SECONDS = 5.0
 # GET /schema is the JSON document itself (also at /schema/openapi.json): no UI loaded from another host.
 OPENAPI = OpenAPIConfig(
     title="SaaS jobs and webhook inbox",
@@ -75,7 +77,7 @@ def build_app(settings: Settings, modules: list[FeatureModule] | None = None) ->
     modules = api_modules() if modules is None else modules
     configure_logging(settings)
     init_sentry(settings, "api")
-    resources = Resources.open(settings, modules=modules)
+    resources = Resources.open(settings, modules=modules, statement_timeout_seconds=API_STATEMENT_TIMEOUT_SECONDS)
     return Litestar(
         route_handlers=_route_handlers(modules, resources),
         plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin(_cli_modules())],

@@ -27,7 +27,18 @@ metadata: MetaData = orm_registry.metadata
 ALEMBIC_VERSION_TABLE = "alembic_versions"
 
 
-def make_sqlalchemy_config(settings: Settings, *, pool_size: int = 10) -> SQLAlchemyAsyncConfig:
+# Postgres probes an idle client socket after 15 s, then every 5 s, and ends the session after 4 unanswered
+# probes: a worker host that vanished without closing its sockets releases its locks within about 35 s.
+_KEEPALIVES = {"tcp_keepalives_idle": "15", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "4"}
+
+
+def make_sqlalchemy_config(
+    settings: Settings, *, pool_size: int = 10, statement_timeout_seconds: float | None = None
+) -> SQLAlchemyAsyncConfig:
+    """``statement_timeout_seconds``: the API's bound on each statement (a stuck database answers 503, not hangs)."""
+    server_settings = {"application_name": "saas-jobs", **_KEEPALIVES}
+    if statement_timeout_seconds is not None:
+        server_settings["statement_timeout"] = str(int(statement_timeout_seconds * 1000))
     return SQLAlchemyAsyncConfig(
         connection_string=settings.require_database_url(),
         before_send_handler="autocommit",
@@ -42,7 +53,7 @@ def make_sqlalchemy_config(settings: Settings, *, pool_size: int = 10) -> SQLAlc
             max_overflow=0,
             pool_timeout=5,
             pool_pre_ping=False,
-            connect_args={"timeout": 5, "server_settings": {"application_name": "saas-jobs"}},
+            connect_args={"timeout": 5, "server_settings": server_settings},
         ),
         alembic_config=AlembicAsyncConfig(
             script_location="alembic",
@@ -60,8 +71,12 @@ class Database:
     sessionmaker: async_sessionmaker[AsyncSession]
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, pool_size: int = 10) -> Database:
-        config = make_sqlalchemy_config(settings, pool_size=pool_size)
+    def from_settings(
+        cls, settings: Settings, *, pool_size: int = 10, statement_timeout_seconds: float | None = None
+    ) -> Database:
+        config = make_sqlalchemy_config(
+            settings, pool_size=pool_size, statement_timeout_seconds=statement_timeout_seconds
+        )
         engine = config.get_engine()
         config.engine_instance = engine  # the API plugin and our own code share one pool
         maker = async_sessionmaker(engine, expire_on_commit=False)

@@ -32,7 +32,14 @@ class Resources:
         self._closers.append(close)
 
     @classmethod
-    def open(cls, settings: Settings, *, pool_size: int = 10, modules: Sequence[FeatureModule] = ()) -> Resources:
+    def open(
+        cls,
+        settings: Settings,
+        *,
+        pool_size: int = 10,
+        modules: Sequence[FeatureModule] = (),
+        statement_timeout_seconds: float | None = None,
+    ) -> Resources:
         """Build without connecting: connections are made on first use.
 
         ``modules`` are the feature modules loaded in this process: their job
@@ -42,7 +49,9 @@ class Resources:
 
         resources = cls(
             settings=settings,
-            db=Database.from_settings(settings, pool_size=pool_size),
+            db=Database.from_settings(
+                settings, pool_size=pool_size, statement_timeout_seconds=statement_timeout_seconds
+            ),
             redis=make_redis(settings.require_redis_url()),
             modules=tuple(modules),
         )

@@ -21,6 +21,15 @@ from app.core.db import Database
 
 Outcome = Literal["inserted", "reopened", "existing"]
 
+# Advisory-lock keys of inbox rows: a constant high part keeps them apart from other users.
+_LOCK_BASE = 0x5745 << 48
+
+
+def event_lock_key(row_id: int) -> int:
+    """The advisory lock an attempt holds on its event (and a set-aside takes to exclude one)."""
+    return _LOCK_BASE + row_id
+
+
 # One round trip: insert; or, for a redelivery, reopen a set-aside row
 # (exactly what retry-abandoned does for it); or report the existing row.
 # num_nonnulls(abandoned_at) = 1 is "abandoned_at IS NOT NULL" in a form the planner cannot match to the

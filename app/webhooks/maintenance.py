@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.core.resources import Resources
-from app.core.sentry import report_message
-from app.webhooks.inbox import driver_connection
+from app.webhooks.alerts import alert_set_aside
+from app.webhooks.inbox import driver_connection, event_lock_key
 from app.webhooks.jobs import queue_processing, queue_processing_many
 
 logger = logging.getLogger(__name__)
@@ -26,9 +26,12 @@ ORDER BY received_at, id
 LIMIT $4
 """
 # By primary key: coalesce(...) IS NULL keeps the planner off the partial index of every pending row.
+# The event's advisory lock (held by a running attempt) is taken for the transaction, so a set-aside never
+# races an attempt: a row being processed is skipped and looked at again on the next tick.
 _SET_ASIDE = """
 UPDATE webhook_event SET abandoned_at = now()
 WHERE id = ANY($1::bigint[]) AND coalesce(abandoned_at, processed_at) IS NULL
+  AND pg_try_advisory_xact_lock($2::bigint + id)
 RETURNING id, provider, event_id, type, attempts, last_error
 """
 _RETENTION_BATCH = """
@@ -82,27 +85,10 @@ async def _set_aside(connection: Any, row_ids: list[int]) -> int:
     tick waits on the row locks, then finds them set aside and alerts nothing.
     """
     async with connection.transaction():
-        set_aside = await connection.fetch(_SET_ASIDE, row_ids)
+        set_aside = await connection.fetch(_SET_ASIDE, row_ids, event_lock_key(0))
         for row in set_aside:
             alert_set_aside(row)
     return len(set_aside)
-
-
-def alert_set_aside(row: Any) -> None:
-    """One alert per event set aside: an error log line and one Sentry message event (no exception)."""
-    message = (
-        f"Webhook event set aside after {row['attempts']} attempts: provider={row['provider']} "
-        f"event_id={row['event_id']} type={row['type']} last_error={row['last_error']!r}. "
-        "Fix the cause, then run `make retry-abandoned` (or resend it from the provider's dashboard)."
-    )
-    logger.error(message)
-    report_message(
-        message,
-        level="error",
-        tags={"webhook.provider": row["provider"], "webhook.type": row["type"]},
-        extras={"event_id": row["event_id"], "attempts": row["attempts"], "last_error": row["last_error"]},
-        fingerprint=["webhook-set-aside", row["provider"], row["event_id"]],
-    )
 
 
 async def delete_old_processed(resources: Resources, now: datetime | None = None) -> int:

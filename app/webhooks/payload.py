@@ -39,17 +39,17 @@ def decode_payload(raw: bytes | str) -> dict[str, Any]:
     try:
         payload = _decoder.decode(data)
     except msgspec.ValidationError as exc:  # valid JSON holding a number out of range
-        raise PayloadError(f"Body holds a value that cannot be read: {exc}.") from None
+        raise PayloadError(f"The JSON holds a number out of range: {exc}.") from None
     except msgspec.DecodeError:
-        raise PayloadError("Body is not valid JSON (UTF-8).") from None
+        raise PayloadError("Not valid JSON (UTF-8).") from None
     except RecursionError:
-        raise PayloadError(f"Body is nested more than {MAX_DEPTH} levels deep.") from None
+        raise PayloadError(f"The JSON is nested more than {MAX_DEPTH} levels deep.") from None
     if not isinstance(payload, dict):
-        raise PayloadError("Body is not a JSON object.")
+        raise PayloadError("The JSON is not an object.")
     # A body with at most MAX_DEPTH opening brackets (strings included) cannot nest deeper: most events
     # stop at this count (a few microseconds); the others are walked (about 15 us for a 4 KB invoice).
     if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _nested_deeper_than(payload, MAX_DEPTH):
-        raise PayloadError(f"Body is nested more than {MAX_DEPTH} levels deep.")
+        raise PayloadError(f"The JSON is nested more than {MAX_DEPTH} levels deep.")
     return payload
 
 

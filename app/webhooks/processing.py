@@ -4,13 +4,20 @@ The attempt is counted by the claim, a statement of its own in autocommit, so
 the count survives the rollback of the handler's transaction, which then runs
 on the same connection; a failure's error is recorded in autocommit after that
 rollback. A session-level advisory lock taken by the claim keeps two workers
-from processing one event at once; a killed worker's connection drops and
-releases it.
+from processing one event at once.
 
-Success releases the lock inside the handler's transaction, in the statement
-that sets ``processed_at``: that statement holds the row's lock until COMMIT,
-so a worker that claims the event in between waits on the row and then sees it
-processed. One round trip fewer than unlocking after COMMIT.
+No path out of a claim keeps the lock: success releases it in the statement
+that sets ``processed_at`` (which holds the row's lock until COMMIT, so a
+worker claiming the event in between waits and then sees it processed); a
+failure releases it with the error it records; and when the lock's state is
+unknown (the claim or the bookkeeping itself failed, or was cancelled) the
+connection is dropped, which releases it. While the lock is held the session
+carries idle timeouts, so a worker frozen or cut off mid-attempt loses its
+locks within ``IDLE_TIMEOUT`` (its host gone without closing the socket: TCP
+keepalives, see ``core/db``).
+
+An attempt that raises ``PermanentError`` (or whose stored payload cannot be
+read) sets the event aside at once, with its one alert: retrying cannot help.
 """
 
 from __future__ import annotations
@@ -24,47 +31,61 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.resources import Resources
 from app.queue.errors import PermanentError
+from app.webhooks.alerts import alert_set_aside
 from app.webhooks.handlers import WebhookContext, find_handler
-from app.webhooks.inbox import discard_if_dead
+from app.webhooks.inbox import event_lock_key
 from app.webhooks.models import WebhookEvent
+from app.webhooks.payload import PayloadError, decode_payload
 
 logger = logging.getLogger(__name__)
 
-# Advisory-lock keys of inbox rows: a constant high part keeps them apart from other users.
-_LOCK_BASE = 0x5745 << 48
 _ERROR_MAX_CHARS = 4000
+IDLE_TIMEOUT = "30s"
+"""Idle (in or out of a transaction) this long while holding an event's lock, a session is ended by Postgres."""
 
-# The claimed row comes back whole: the handler's event is built from it, not read again.
+_HOLD = "set_config('idle_session_timeout', $3, false), set_config('idle_in_transaction_session_timeout', $3, false)"
+_LET_GO = (
+    "set_config('idle_session_timeout', '0', false), set_config('idle_in_transaction_session_timeout', '0', false)"
+)
+
+# The claimed row comes back whole (its payload as text, decoded by us): the handler's event is built from it.
 # "coalesce(...) IS NULL" is "processed_at IS NULL AND abandoned_at IS NULL" in a form the planner cannot match
 # to the partial index of pending rows: it must find the row by its primary key, not by scanning every
 # pending row (without fresh statistics it did, and a backlog of N events cost O(N) per claim).
-_CLAIM = """
+_CLAIM = f"""
 WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($2) AS got),
+held AS MATERIALIZED (SELECT {_HOLD} FROM lock WHERE lock.got),
 counted AS (
     UPDATE webhook_event SET attempts = attempts + 1
     FROM lock
     WHERE webhook_event.id = $1 AND lock.got
       AND coalesce(webhook_event.processed_at, webhook_event.abandoned_at) IS NULL
     RETURNING webhook_event.id, webhook_event.provider, webhook_event.event_id, webhook_event.type,
-              webhook_event.payload, webhook_event.received_at, webhook_event.attempts, webhook_event.last_error
+              webhook_event.payload::text AS payload, webhook_event.received_at, webhook_event.attempts,
+              webhook_event.last_error
 )
-SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true
+SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON true
 """
 # Reading from `marked` makes the row update (and its row lock) happen before the unlock.
 _MARK_PROCESSED_AND_UNLOCK = text(
-    """
+    f"""
 WITH marked AS (
     UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id RETURNING id
 )
-SELECT pg_advisory_unlock(:lock_key) FROM (SELECT count(*) FROM marked) AS done
+SELECT pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT count(*) FROM marked) AS done
 """
 )
-_RECORD_ERROR_AND_UNLOCK = """
+_RECORD_ERROR_AND_UNLOCK = f"""
 WITH recorded AS (UPDATE webhook_event SET last_error = $2 WHERE id = $1 RETURNING id)
-SELECT pg_advisory_unlock($3) FROM (SELECT count(*) FROM recorded) AS done
+SELECT pg_advisory_unlock($3), {_LET_GO} FROM (SELECT count(*) FROM recorded) AS done
 """
 _RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
-_UNLOCK = "SELECT pg_advisory_unlock($1)"
+_SET_ASIDE = """
+UPDATE webhook_event SET abandoned_at = now(), last_error = $2
+WHERE id = $1 AND coalesce(processed_at, abandoned_at) IS NULL
+RETURNING provider, event_id, type, attempts, last_error
+"""
+_UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
 _CANCELLED = "Cancelled: the attempt hit its time limit or a shutdown"
 
 
@@ -78,99 +99,118 @@ async def process_event(resources: Resources, row_id: int) -> None:
     async with resources.db.engine.connect() as connection:
         driver: Any = (await connection.get_raw_connection()).driver_connection
         try:
-            await _claimed_attempt(resources, row_id, connection, driver)
-        except BaseException as exc:
-            await discard_if_dead(connection, driver, exc)
+            claim = await driver.fetchrow(_CLAIM, row_id, event_lock_key(row_id), IDLE_TIMEOUT)
+        except BaseException:
+            await connection.invalidate()  # the lock may be held: only dropping the connection is sure to free it
+            raise
+        if not claim["got"]:
+            logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
+            return
+        await _Attempt(resources, connection, driver, row_id).run(claim)
+
+
+class _Attempt:
+    """The handler's transaction on the claiming connection; knows whether the lock is still held."""
+
+    def __init__(self, resources: Resources, connection: AsyncConnection, driver: Any, row_id: int) -> None:
+        self.resources = resources
+        self.connection = connection
+        self.driver = driver
+        self.row_id = row_id
+        self.lock_key = event_lock_key(row_id)
+        self.locked = True
+
+    async def run(self, claim: Any) -> None:
+        if claim["attempts"] is None:
+            logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", self.row_id)
+            await self._bookkeeping(_UNLOCK, self.lock_key, unlocks=True)
+            return
+        try:
+            event = _event(claim)
+            await self._handle(event)
+        except asyncio.CancelledError:
+            await self._record_failure(_CANCELLED, permanent=False)
+            raise
+        except Exception as exc:
+            await self._record_failure(describe_error(exc), permanent=isinstance(exc, PermanentError))
             raise
 
+    async def _handle(self, event: WebhookEvent) -> None:
+        handler = find_handler(self.resources.modules, event.provider)
+        if handler is None:
+            raise PermanentError(
+                f"No handler for {event.provider!r} webhook events in the loaded modules: "
+                "list the module that owns them in app/worker/modules.py."
+            )
+        async with self.resources.db.sessionmaker(bind=self.connection) as session:
+            context = WebhookContext(resources=self.resources, session=session, event=event)
+            await handler(context)
+            await session.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": event.id, "lock_key": self.lock_key})
+            self.locked = False  # released, whether or not the COMMIT below succeeds
+            await session.commit()
+        await context.flush_after_commit()
 
-async def _claimed_attempt(resources: Resources, row_id: int, connection: AsyncConnection, driver: Any) -> None:
-    lock_key = _LOCK_BASE + row_id
-    claim = await driver.fetchrow(_CLAIM, row_id, lock_key)
-    if not claim["got"]:
-        logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
-        return
-    if claim["attempts"] is None:
-        logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
-        await _unlock(connection, driver, lock_key)
-        return
-    attempt = _Attempt(resources, _event(claim), connection, lock_key)
-    try:
-        await attempt.run()
-    except asyncio.CancelledError:
-        await attempt.record_failure(driver, _CANCELLED)
-        raise
-    except Exception as exc:
-        await attempt.record_failure(driver, describe_error(exc))
-        raise
+    async def _record_failure(self, error: str, *, permanent: bool) -> None:
+        """After the handler's rollback: keep the error (or set the event aside) and release the lock.
+
+        If that fails too, the connection is dropped (taking the lock with it)
+        and the handler's error, not this one, goes on to the queue.
+        """
+        if permanent and self.locked:
+            await self._set_aside(error)
+        elif self.locked:
+            await self._bookkeeping(_RECORD_ERROR_AND_UNLOCK, self.row_id, error, self.lock_key, unlocks=True)
+        else:
+            await self._bookkeeping(_RECORD_ERROR, self.row_id, error, unlocks=False)
+
+    async def _set_aside(self, error: str) -> None:
+        """Set aside and alert, committing only after the alert went out (a crash repeats it, never loses it)."""
+        try:
+            async with self.driver.transaction():
+                row = await self.driver.fetchrow(_SET_ASIDE, self.row_id, error)
+                if row is not None:
+                    alert_set_aside(row)
+        except Exception:
+            logger.warning(
+                "Could not set aside webhook event row %s; dropping its connection.", self.row_id, exc_info=True
+            )
+            await self.connection.invalidate()
+            return
+        except asyncio.CancelledError:
+            await self.connection.invalidate()
+            raise
+        await self._bookkeeping(_UNLOCK, self.lock_key, unlocks=True)
+
+    async def _bookkeeping(self, statement: str, *args: Any, unlocks: bool) -> None:
+        """One statement in autocommit; if it fails the connection is dropped, which releases the lock too."""
+        try:
+            await self.driver.execute(statement, *args)
+        except Exception:
+            logger.warning("Could not record the attempt's outcome; dropping its connection.", exc_info=True)
+            await self.connection.invalidate()
+            self.locked = False
+        except asyncio.CancelledError:
+            await self.connection.invalidate()
+            raise
+        if unlocks:
+            self.locked = False
 
 
 def _event(claim: Any) -> WebhookEvent:
     """The claimed row as the handler sees it (unprocessed, not set aside, this attempt counted)."""
+    try:
+        payload = decode_payload(claim["payload"])
+    except PayloadError as exc:
+        raise PermanentError(f"The stored payload cannot be read ({exc}); it was stored by an older intake.") from exc
     return WebhookEvent(
         id=claim["id"],
         provider=claim["provider"],
         event_id=claim["event_id"],
         type=claim["type"],
-        payload=claim["payload"],
+        payload=payload,
         received_at=claim["received_at"],
         processed_at=None,
         attempts=claim["attempts"],
         last_error=claim["last_error"],
         abandoned_at=None,
     )
-
-
-class _Attempt:
-    """The handler's transaction on the claiming connection; knows whether the lock is still held."""
-
-    def __init__(self, resources: Resources, event: WebhookEvent, connection: AsyncConnection, lock_key: int) -> None:
-        self.resources = resources
-        self.event = event
-        self.connection = connection
-        self.lock_key = lock_key
-        self.locked = True
-
-    async def run(self) -> None:
-        handler = find_handler(self.resources.modules, self.event.provider)
-        if handler is None:
-            raise PermanentError(
-                f"No handler for {self.event.provider!r} webhook events in the loaded modules: "
-                "list the module that owns them in app/worker/modules.py."
-            )
-        async with self.resources.db.sessionmaker(bind=self.connection) as session:
-            context = WebhookContext(resources=self.resources, session=session, event=self.event)
-            await handler(context)
-            await session.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": self.event.id, "lock_key": self.lock_key})
-            self.locked = False  # released, whether or not the COMMIT below succeeds
-            await session.commit()
-        await context.flush_after_commit()
-
-    async def record_failure(self, driver: Any, error: str) -> None:
-        """After the handler's rollback: keep the error for operators and release the lock if still held.
-
-        If that fails too, the connection is dropped (taking the lock with it)
-        and the handler's error, not this one, goes on to the queue.
-        """
-        try:
-            if self.locked:
-                await driver.fetchval(_RECORD_ERROR_AND_UNLOCK, self.event.id, error, self.lock_key)
-                self.locked = False
-            else:
-                await driver.execute(_RECORD_ERROR, self.event.id, error)
-        except Exception:
-            logger.warning(
-                "Could not record the failure of webhook event row %s; dropping its connection.",
-                self.event.id,
-                exc_info=True,
-            )
-            await self.connection.invalidate()
-
-
-async def _unlock(connection: AsyncConnection, driver: Any, lock_key: int) -> None:
-    try:
-        await driver.execute(_UNLOCK, lock_key)
-    except BaseException:
-        # A connection that may still hold the lock must not go back to the pool.
-        await connection.invalidate()
-        raise

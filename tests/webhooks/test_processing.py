@@ -13,9 +13,9 @@ from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.models import CronRun
 from app.webhooks.handlers import WebhookContext
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import event_lock_key, store_event
 from app.webhooks.models import WebhookEvent
-from app.webhooks.processing import _LOCK_BASE, _MARK_PROCESSED_AND_UNLOCK, process_event
+from app.webhooks.processing import _MARK_PROCESSED_AND_UNLOCK, process_event
 from tests.webhooks.conftest import kill_pooled_connection
 
 _ADVISORY_LOCKS_HELD = (
@@ -186,9 +186,9 @@ async def test_a_claim_between_the_early_unlock_and_the_commit_waits_and_finds_t
     row_id = await stored_row(first)
     async with first.db.engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection
-        assert await driver.fetchval("SELECT pg_try_advisory_lock($1)", _LOCK_BASE + row_id)
+        assert await driver.fetchval("SELECT pg_try_advisory_lock($1)", event_lock_key(row_id))
         transaction = await connection.begin()
-        await connection.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": _LOCK_BASE + row_id})
+        await connection.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)})
         competing = asyncio.create_task(process_event(second, row_id))
         await asyncio.sleep(0.3)
         assert not competing.done()  # waiting on the row, not processing it

@@ -41,7 +41,7 @@ async def _fill(connection: Any, *, abandoned: bool) -> None:
 
 @pytest.mark.parametrize(
     ("statement", "args"),
-    [(_CLAIM, (ROWS // 2, 1)), (_SET_ASIDE, ([ROWS // 2],))],
+    [(_CLAIM, (ROWS // 2, 1, "30s")), (_SET_ASIDE, ([ROWS // 2], 1))],
     ids=["claim", "set-aside"],
 )
 async def test_statements_on_one_pending_row_use_the_primary_key(
