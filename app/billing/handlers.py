@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from app.billing.jobs import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
-from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror
+from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror, sync_refunds_of_charge
 from app.billing.stripe_gateway import stripe_gateway
 from app.queue.errors import PermanentError
 from app.webhooks.handlers import WebhookContext
@@ -66,9 +66,8 @@ async def _refund_changed(context: WebhookContext) -> None:
 
 async def _charge_refunded(context: WebhookContext) -> None:
     """The event names the charge; its refunds (as Stripe lists them now) are each mirrored."""
-    gateway = stripe_gateway(context.resources)
-    for refund_id in await gateway.refund_ids_of_charge(_object_link(context, "id")):
-        await sync_mirror(context.session, gateway, "refund", refund_id)
+    charge_id = _object_link(context, "id")
+    await sync_refunds_of_charge(context.session, stripe_gateway(context.resources), charge_id)
 
 
 async def _fraud_warning_changed(context: WebhookContext) -> None:

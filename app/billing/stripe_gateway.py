@@ -59,6 +59,30 @@ class CheckoutSession:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """What billing takes from a charge: its customer, amount and currency, which Stripe does not change.
+
+    A refund moves ``amount_refunded``, not ``amount``; a customer, once set,
+    stays (Stripe only lets one be added to a charge that had none, which the
+    next event about the charge's objects then sees). So they may be read
+    before the locks that order syncs and used after them.
+    """
+
+    id: str
+    customer_id: str | None
+    amount: int | None
+    currency: str | None
+
+
+@dataclass(frozen=True)
+class RefundedCharge:
+    """A charge and the ids of its refunds, as Stripe lists them now."""
+
+    charge: Charge
+    refund_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class MirroredObject:
     """A dispute, refund or early fraud warning as read, with the customer its charge belongs to."""
 
@@ -70,6 +94,7 @@ class MirroredObject:
     reason: str | None
     created_at: datetime | None
     customer_id: str | None
+    charge: Charge | None
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -81,6 +106,10 @@ def _id(value: Any) -> str | None:
     if isinstance(value, Mapping):
         return str(value["id"])
     return str(value) if value else None
+
+
+def _charge(data: Mapping[str, Any]) -> Charge:
+    return Charge(str(data["id"]), _id(data.get("customer")), data.get("amount"), data.get("currency"))
 
 
 def _subscription(data: Mapping[str, Any]) -> Subscription:
@@ -142,25 +171,28 @@ class StripeGateway:
             client_reference_id=session.get("client_reference_id") or None,
         )
 
-    async def refund_ids_of_charge(self, charge_id: str) -> list[str]:
+    async def refunded_charge(self, charge_id: str) -> RefundedCharge:
+        """The charge, with the refunds it has now (one call: they are expanded)."""
         params: Any = {"expand": ["refunds"]}
-        charge = await self._call(f"charge {charge_id}", self._client.v1.charges.retrieve_async(charge_id, params))
-        return [str(refund["id"]) for refund in (charge.get("refunds") or {}).get("data", [])]
+        data = await self._call(f"charge {charge_id}", self._client.v1.charges.retrieve_async(charge_id, params))
+        refund_ids = tuple(str(refund["id"]) for refund in (data.get("refunds") or {}).get("data", []))
+        return RefundedCharge(_charge(data), refund_ids)
 
-    async def mirrored(self, kind: MirrorKind, stripe_id: str) -> MirroredObject:
-        """The object, then its charge: the charge says which customer (so which workspace) it concerns."""
+    async def mirrored(self, kind: MirrorKind, stripe_id: str, known_charge: Charge | None = None) -> MirroredObject:
+        """The object, then its charge: the charge says which customer (so which workspace) it concerns.
+
+        ``known_charge``: the object's charge as read before; what billing takes
+        from it never changes (see ``Charge``), so it is not read again.
+        """
         obj = await self._call(f"{kind} {stripe_id}", self._retrieve(kind, stripe_id))
-        charge_id = _id(obj.get("charge"))
-        charge: dict[str, Any] = {}
-        if charge_id:
-            charge = await self._call(f"charge {charge_id}", self._client.v1.charges.retrieve_async(charge_id))
+        charge = await self._charge_of(obj, known_charge)
         if kind == "early_fraud_warning":  # a warning has no status or amount of its own: its charge's
             obj = {
                 **obj,
                 "status": "actionable" if obj.get("actionable") else "not_actionable",
                 "reason": obj.get("fraud_type"),
-                "amount": charge.get("amount"),
-                "currency": charge.get("currency"),
+                "amount": charge.amount if charge else None,
+                "currency": charge.currency if charge else None,
             }
         return MirroredObject(
             kind=kind,
@@ -170,8 +202,17 @@ class StripeGateway:
             currency=obj.get("currency"),
             reason=obj.get("reason"),
             created_at=_timestamp(obj.get("created")),
-            customer_id=_id(obj.get("customer")) or _id(charge.get("customer")),
+            customer_id=_id(obj.get("customer")) or (charge.customer_id if charge else None),
+            charge=charge,
         )
+
+    async def _charge_of(self, obj: Mapping[str, Any], known: Charge | None) -> Charge | None:
+        charge_id = _id(obj.get("charge"))
+        if charge_id is None:
+            return None
+        if known is not None and known.id == charge_id:
+            return known
+        return _charge(await self._call(f"charge {charge_id}", self._client.v1.charges.retrieve_async(charge_id)))
 
     def _retrieve(self, kind: MirrorKind, stripe_id: str) -> Awaitable[Any]:
         v1 = self._client.v1

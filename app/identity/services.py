@@ -1,17 +1,26 @@
-"""Writes of Clerk's users, organizations and memberships: order-independent and safe to repeat.
+"""Writes of Clerk's users, organizations and memberships: in any order the newest wins, and repeats are safe.
 
 Every write is one ``INSERT ... ON CONFLICT`` on the Clerk id, so concurrent
-first sightings of one object cannot collide. Two rules make the result the
-same whatever the order, delay or repetition of the events:
+first sightings of one object cannot collide. These rules decide what a late,
+early or repeated event does:
 
-- a change applies only if its ``updated_at`` is newer than ``clerk_updated_at``
-  (a row first seen through another object's event has none, so any change wins);
-- a deletion only stamps ``deleted_at`` (the earliest deletion time seen) and
-  never touches ``clerk_updated_at``, and nothing clears ``deleted_at``: Clerk
-  never brings a deleted object back, so neither does a late event.
+- a change applies only if its ``updated_at`` is not older than
+  ``clerk_updated_at`` (a row first seen through another object's event has
+  none, so any change wins). An equal one applies again: it carries the same
+  data, so that is harmless, and a replay after a handler fix takes effect;
+- a deletion is the newest change of its object: it stamps ``deleted_at`` (the
+  earliest deletion time seen) and never touches ``clerk_updated_at``, and once
+  a row is deleted no change with an ``updated_at`` at or before ``deleted_at``
+  writes any of its fields (only a newer one would; Clerk sends none, as a
+  deleted object does not change);
+- nothing clears ``deleted_at``: Clerk never brings a deleted object back, so
+  neither does a late event;
+- a minimal row (``ensure_row``) is only ever inserted, never written over, so
+  naming a row in another object's event changes none of its fields.
 
-Hence the fields converge to the newest change and the row stays deleted once a
-deletion arrived, before or after the changes it follows.
+Hence a live row converges to its newest change, and a deleted row stays
+deleted with the fields it held when its deletion arrived (which of its older
+changes came before the deletion decides them: SPEC section 11).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import CompoundSelect, Table, bindparam, func, or_, select, text
+from sqlalchemy import ColumnElement, CompoundSelect, Table, and_, bindparam, func, or_, select, text
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -37,7 +46,11 @@ def clerk_time(milliseconds: Any) -> datetime:
 
 @dataclass(frozen=True)
 class ClerkChange:
-    """A created or updated object: its ``fields`` apply if ``updated_at`` is newer than what is stored."""
+    """A created or updated object: its ``fields`` apply unless the stored version or deletion is newer or as new.
+
+    "As new" differs between the two: an equal version applies again, a change
+    at the deletion's own time does not.
+    """
 
     key: str
     updated_at: datetime
@@ -67,6 +80,17 @@ def _table(model: ClerkModel) -> Table:
     return cast(Table, model.__table__)
 
 
+def _change_applies(table: Table, updated_at: ColumnElement[Any]) -> ColumnElement[bool]:
+    """A change at ``updated_at`` writes the stored row: not older than its version, and newer than its deletion.
+
+    Both sides are needed: a minimal row has no version but may be deleted, and
+    a deletion leaves the version as it was.
+    """
+    not_older = or_(table.c.clerk_updated_at.is_(None), table.c.clerk_updated_at <= updated_at)
+    after_deletion = or_(table.c.deleted_at.is_(None), table.c.deleted_at < updated_at)
+    return and_(not_older, after_deletion)
+
+
 @functools.cache
 def _change_statement(model: ClerkModel, columns: tuple[str, ...], insert_only: tuple[str, ...]) -> Insert:
     key, table = _key_column(model), _table(model)
@@ -74,7 +98,7 @@ def _change_statement(model: ClerkModel, columns: tuple[str, ...], insert_only: 
     return statement.on_conflict_do_update(
         index_elements=[key],
         set_={name: statement.excluded[name] for name in columns if name != key},
-        where=or_(table.c.clerk_updated_at.is_(None), table.c.clerk_updated_at < statement.excluded.clerk_updated_at),
+        where=_change_applies(table, statement.excluded.clerk_updated_at),
     )
 
 
@@ -117,7 +141,10 @@ async def apply_deletion(session: AsyncSession, model: ClerkModel, deletion: Cle
 
 
 async def ensure_row(session: AsyncSession, model: type[AppUser] | type[Workspace], key: str, **fields: Any) -> int:
-    """The row's id, inserting a minimal row (no ``clerk_updated_at``) if Clerk's own event has not come yet."""
+    """The row's id, inserting a minimal row (no ``clerk_updated_at``) if Clerk's own event has not come yet.
+
+    An existing row, deleted or not, is left as it is (``ON CONFLICT DO NOTHING``).
+    """
     key_column = _key_column(model)
     values = {key_column: key, **fields}
     row_id = await session.scalar(_ensure_statement(model, tuple(values)), {**values, "lookup_key": key})

@@ -10,8 +10,9 @@ and the *doomed* events, whose Stripe reads fail forever: they must end set
 aside with exactly one alert each.
 
 Clerk histories are sent in order, newest first, or shuffled, so the newest
-version must win whatever the arrival order. About a fifth of all events are
-delivered 2 to 5 times, half of those concurrently.
+version must win whatever the arrival order (a deleted entity holds the newest
+version that arrived before its deletion: none is written after it). About a
+fifth of all events are delivered 2 to 5 times, half of those concurrently.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ class Verifier:
         )
         got_users = {r["clerk_user_id"]: r for r in rows}
         for user in filter(sent, users.values()):
-            newest = user.newest
+            newest = self._version_due(user, got_users.get(user.clerk_id))
             want = {
                 "email": newest["email"],
                 "first_name": newest["first_name"],
@@ -264,7 +264,7 @@ class Verifier:
         rows = await self.db.fetch("SELECT clerk_org_id, name, slug, clerk_updated_at, deleted_at FROM workspace")
         got_orgs = {r["clerk_org_id"]: r for r in rows}
         for org in filter(sent, orgs.values()):
-            newest = org.newest
+            newest = self._version_due(org, got_orgs.get(org.clerk_id))
             want = {
                 "name": newest["name"],
                 "slug": newest["slug"],
@@ -279,7 +279,7 @@ class Verifier:
         got_members = {r["clerk_membership_id"]: r for r in rows}
         for member in filter(sent, members.values()):
             assert member.org is not None and member.user is not None
-            newest = member.newest
+            newest = self._version_due(member, got_members.get(member.clerk_id))
             want = {
                 "role": newest["role"],
                 "clerk_updated_at": newest["updated_at"],
@@ -288,6 +288,24 @@ class Verifier:
                 "clerk_user_id": member.user.clerk_id,
             }
             self._compare("membership", member.clerk_id, got_members.get(member.clerk_id), want)
+
+    @staticmethod
+    def _version_due(entity: ClerkEntity, row: Any) -> dict[str, Any]:
+        """The version the row must hold: the newest, or for a deleted entity one it was sent before its deletion.
+
+        A deletion is the newest change of its object (SPEC section 11): a version
+        arriving after it writes nothing, and which versions came first (sent newest
+        first, shuffled or concurrently) is not known here. So a deleted row holds one
+        of its versions whole (its ``clerk_updated_at`` says which), or none (no
+        ``clerk_updated_at``: its fields are what a membership or the deletion carried).
+        """
+        newest = entity.newest
+        if entity.deleted_ms is None or row is None:
+            return newest
+        held = _ms(row["clerk_updated_at"])
+        if held is None:
+            return {**{name: row[name] for name in newest if name != "updated_at"}, "updated_at": None}
+        return next((version for version in entity.versions if version["updated_at"] == held), newest)
 
     @staticmethod
     def _fully_sent(entity: ClerkEntity) -> bool:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from app.billing.models import BillingDispute, BillingFraudWarning, BillingRefund
 from app.core.resources import Resources
 from app.identity.models import Workspace
-from app.testing import process_delivery, signed_stripe_delivery, stripe_event, stripe_object
+from app.testing import process_delivery, read_inbox_row, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
 from tests.billing.conftest import OpenResources, subscription_delivery, wait_for_stub_request, workspace_row
 from tests.factories import WorkspaceFactory, persist
@@ -170,3 +170,39 @@ async def test_a_dispute_arriving_while_a_checkout_links_its_customer_is_mirrore
 
     (dispute,) = await _rows(dispute_worker, BillingDispute)
     assert dispute.workspace_id == workspace.id
+
+
+async def test_a_refunded_charge_and_an_update_of_its_refund_lock_in_one_order(
+    open_resources: OpenResources,
+    stripe_stub: StripeStub,
+    linked_workspace: Workspace,
+    webhook_secrets: dict[str, str],
+) -> None:
+    """``charge.refunded`` locks every refund of the charge, ``refund.updated`` one of them; both also lock the
+    customer. Taken in different orders, the two events would deadlock (Postgres 40P01) and one would fail its
+    attempt: every billing transaction locks its customer first, then its mirror rows by id."""
+    charge_worker, refund_worker = await open_resources(), await open_resources()
+    listed = [{"id": refund_id, "object": "refund"} for refund_id in ("re_1", "re_2")]
+    refunds = {"object": "list", "data": listed, "has_more": False, "url": "/v1/refunds"}
+    stripe_stub.put_charge("ch_1", customer="cus_linked", refunds=refunds)
+    for refund_id, amount in (("re_1", 500), ("re_2", 700)):
+        stripe_stub.put_refund(refund_id, charge="ch_1", amount=amount, currency="usd", status="succeeded")
+    stripe_stub.slow("/v1/refunds/re_2", seconds=0.5, times=1)  # the refund event's first read takes 0.5 s
+    secret = webhook_secrets["stripe"]
+    refund_event = _event(secret, "refund.updated", "refund", id="re_2")
+    charge_event = _event(secret, "charge.refunded", "charge", id="ch_1")
+
+    async def charge_while_the_refund_is_read() -> None:
+        await wait_for_stub_request(stripe_stub, "GET", "/v1/refunds/re_2")
+        await process_delivery(charge_worker, charge_event)
+
+    outcomes = await asyncio.gather(
+        process_delivery(refund_worker, refund_event), charge_while_the_refund_is_read(), return_exceptions=True
+    )
+
+    assert [repr(outcome) for outcome in outcomes if isinstance(outcome, BaseException)] == []
+    for delivery in (refund_event, charge_event):
+        row = await read_inbox_row(charge_worker.db, "stripe", delivery.event_id)
+        assert row is not None and (row.processed, row.attempts, row.last_error) == (True, 1, None)
+    mirrored = {(r.stripe_id, r.amount, r.workspace_id) for r in await _rows(charge_worker, BillingRefund)}
+    assert mirrored == {("re_1", 500, linked_workspace.id), ("re_2", 700, linked_workspace.id)}

@@ -3,8 +3,10 @@
 Hypothesis draws users, organizations and memberships, each with a history of
 changes and maybe a deletion, shuffles every event and delivers each one or
 more times (a redelivery keeps its svix id, a replay gets a new one, so the
-handlers themselves see repeats). After the last delivery every row must hold
-its newest change, and every deleted object must be deleted at its deletion time.
+handlers themselves see repeats). After the last delivery every live row must
+hold its newest change, and every deleted object must be deleted at its
+deletion time and hold the newest of its changes that arrived before the
+deletion (a deletion is the newest change: no older one writes the row after it).
 """
 
 from __future__ import annotations
@@ -35,10 +37,17 @@ class History:
     changed_at: list[int]
     deleted_at: int | None
     links: tuple[str, str] | None = None  # a membership's (organization id, user id)
+    # The change the row must end at: the newest, or once deleted, the newest to arrive before the deletion.
+    applied: int | None = None
 
     @property
     def newest(self) -> tuple[str | None, int | None]:
-        return (self.values[-1], self.changed_at[-1]) if self.values else (None, None)
+        return (self.values[self.applied], self.changed_at[self.applied]) if self.applied is not None else (None, None)
+
+    def settle(self, change_arrivals: list[int], deletion_arrival: int | None) -> None:
+        """Given when each change and the deletion first arrived, find the change that must end in the row."""
+        arrived = [n for n, at in enumerate(change_arrivals) if deletion_arrival is None or at < deletion_arrival]
+        self.applied = max(arrived, default=None)  # changes are oldest first
 
 
 @dataclass
@@ -96,13 +105,31 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         history.links = (draw(st.sampled_from(orgs)).clerk_id, draw(st.sampled_from(users)).clerk_id)
         members.append(history)
     scenario = Scenario({"user": users, "organization": orgs, "organizationMembership": members})
-    events = [event for kind, histories in scenario.histories.items() for h in histories for event in _events(kind, h)]
-    for number, event in enumerate(events):
+    events = [(h, e) for kind, histories in scenario.histories.items() for h in histories for e in _events(kind, h)]
+    deliveries = []  # (event number, message id)
+    for number in range(len(events)):
         for copy in range(draw(st.integers(1, 3))):
             replay = draw(st.booleans())  # a replay is a new message; a redelivery reuses the svix id
-            scenario.events.append((f"msg_{number}_{copy if replay else 0}", event))
-    scenario.events = draw(st.permutations(scenario.events))
+            deliveries.append((number, f"msg_{number}_{copy if replay else 0}"))
+    deliveries = draw(st.permutations(deliveries))
+    scenario.events = [(message_id, events[number][1]) for number, message_id in deliveries]
+    _settle(events, deliveries)
     return scenario
+
+
+def _settle(events: list[tuple[History, dict[str, Any]]], deliveries: list[tuple[int, str]]) -> None:
+    """Each history learns when its events first arrived (a history's events are its changes, then its deletion)."""
+    arrivals: dict[int, int] = {}
+    for position, (number, _) in enumerate(deliveries):
+        arrivals.setdefault(number, position)
+    histories: dict[int, tuple[History, list[int]]] = {}
+    for number, (history, _) in enumerate(events):
+        histories.setdefault(id(history), (history, []))[1].append(arrivals[number])
+    for history, times in histories.values():
+        if history.deleted_at is None:
+            history.settle(times, None)
+        else:
+            history.settle(times[:-1], times[-1])
 
 
 async def _empty_tables(resources: Resources) -> None:
@@ -149,9 +176,9 @@ def _assert_newest_state(scenario: Scenario, rows: dict[str, dict[str, tuple[Any
         referenced["user"].add(member.links[1])
     for kind, histories in scenario.histories.items():
         for history in histories:
-            if history.values:
+            if history.applied is not None:
                 assert rows[kind][history.clerk_id] == _expected(history)
-            elif history.deleted_at is not None:  # only ever deleted: its fields are whatever a membership carried
+            elif history.deleted_at is not None:  # no change before the deletion: fields as a membership carried them
                 assert rows[kind][history.clerk_id][1:] == _expected(history)[1:]
             elif history.clerk_id in referenced.get(kind, set()):
                 assert rows[kind][history.clerk_id][1:] == (None, None), "a minimal row has no Clerk version"
