@@ -247,15 +247,13 @@ def _sentry_dsn(env: Mapping[str, str]) -> str | None:
     raw = _get(env, "SENTRY_DSN")
     if raw is None:
         return None
-    from sentry_sdk.utils import BadDsn, Dsn
+    from app.core.sentry import is_valid_dsn  # imported here: app.core.sentry imports this module
 
-    try:
-        Dsn(raw)
-    except BadDsn:
+    if not is_valid_dsn(raw):
         raise SettingsError(
             "SENTRY_DSN does not parse: copy the DSN from Sentry (Settings > Client Keys), "
             "e.g. https://<key>@o0.ingest.sentry.io/<project>, or unset it to switch Sentry off."
-        ) from None
+        )
     return raw
 
 
