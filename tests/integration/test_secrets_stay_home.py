@@ -1,7 +1,8 @@
-"""No Sentry item carries a configured secret or a request body (SPEC section 13)."""
+"""No Sentry item or log line carries a configured secret or a request body (SPEC section 13)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from app import system
 from app.asgi import build_app
+from app.core.logging import configure_logging
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry, init_sentry
@@ -149,3 +151,36 @@ async def test_a_malformed_json_body_is_a_400_with_sentry_on(
     assert response.status_code == 400, response.text
     flush_sentry(timeout=5)
     assert sentry_enabled.events == []
+
+
+def _log_a_failure_with_a_secret(secret: str) -> None:
+    card_number = "4242-4242-local-never-printed"  # a frame local that no setting names
+
+    def charge() -> None:
+        raise RuntimeError(f"the charge with {secret} failed for card ending {card_number[-4:]}")
+
+    try:
+        charge()
+    except RuntimeError:
+        logging.getLogger("tests.secrets").exception("Charging failed with key %s", secret)
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_log_lines_show_no_frame_locals_and_no_configured_secret(
+    settings_env: dict[str, str], secret_env: dict[str, str], log_format: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging(load_settings({**secret_env, "LOG_FORMAT": log_format}))
+    try:
+        _log_a_failure_with_a_secret(STRIPE_API_KEY)
+        logging.getLogger("tests.secrets").warning("Postgres at %s is slow", load_settings(secret_env).database_url)
+    finally:
+        output = capsys.readouterr().err
+        configure_logging(load_settings(settings_env))
+    assert "in charge" in output or '"charge"' in output  # the traceback itself is there
+    assert "4242-4242-local-never-printed" not in output
+    assert STRIPE_API_KEY not in output
+    assert DB_PASSWORD not in output
+    assert "Charging failed with key [Filtered]" in output
+    if log_format == "json":
+        (failure,) = [json.loads(line) for line in output.splitlines() if "Charging failed" in line]
+        assert "[Filtered]" in failure["exception"][0]["exc_value"]
