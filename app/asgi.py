@@ -21,7 +21,7 @@ from app.core.logging import configure_logging
 from app.core.module import FeatureModule
 from app.core.request_context import request_context_middleware
 from app.core.resources import Resources
-from app.core.sentry import init_sentry
+from app.core.sentry import init_sentry, report_exception
 from app.core.settings import Settings, get_settings
 from app.modules import api_modules
 
@@ -50,10 +50,13 @@ class ModuleCLIPlugin(CLIPluginProtocol):
 
 
 async def _log_server_error(exc: Exception, scope: Scope) -> None:
+    """Logs and reports a fault of the API: no Sentry integration sees requests (nor their bodies)."""
     # An HTTPException is an answer we chose (a 503 is logged where it is decided), not a fault.
     if isinstance(exc, HTTPException):
         return
-    logger.error("Unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+    method, path = scope.get("method"), scope.get("path")
+    logger.error("Unhandled error on %s %s", method, path, exc_info=exc)
+    report_exception(exc, tags={"method": method, "path": path})
 
 
 def _lifespan(

@@ -16,6 +16,7 @@ import msgspec
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 
+from app.core.redaction import SecretScrubber
 from app.core.settings import Settings
 
 _NOISY = {
@@ -53,10 +54,47 @@ def _dumps(event: dict[str, Any], **_: Any) -> str:
         return json.dumps(event, default=repr)
 
 
+def _exception_renderer(fmt: str) -> Any:
+    """Tracebacks become data before the secret filter runs, and never show frame locals.
+
+    Locals hold the settings (API keys, webhook secrets) and request bodies, and made one
+    failing request's line tens of kilobytes (structlog's dict tracebacks and Rich show them).
+    """
+    if fmt == "json":
+        return structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+    return structlog.processors.ExceptionRenderer()  # the plain text Python itself prints
+
+
+class _SecretFilter:
+    """The last processor before rendering: a configured secret that slipped into a line is removed.
+
+    Only strings are scanned (nested ones in dicts and lists too: the JSON traceback). The line's
+    own strings are searched once, joined: most lines hold no secret and cost just that one search
+    (a few microseconds). The filter is left out of the chain when no secret is configured.
+    """
+
+    def __init__(self, scrubber: SecretScrubber) -> None:
+        self.scrubber = scrubber
+
+    def __call__(self, _: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        strings = []
+        for key, value in event.items():
+            if isinstance(value, str):
+                strings.append(value)
+            elif isinstance(value, dict | list | tuple):
+                event[key] = self.scrubber.deep(value)
+        if self.scrubber.found_in("\n".join(strings)):
+            for key, value in event.items():
+                if isinstance(value, str):
+                    event[key] = self.scrubber.text(value)
+        return event
+
+
 def _renderer(fmt: str) -> Any:
     if fmt == "json":
         return structlog.processors.JSONRenderer(serializer=_dumps)
-    return structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    # The exception is already text by now; plain_traceback only stands in for Rich's, which shows locals.
+    return structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
 
 
 def _skip_unused_record_fields() -> None:
@@ -80,11 +118,13 @@ def configure_logging(settings: Settings) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
-    if settings.log_format == "json":
-        # No frame locals: they hold the settings (API keys, webhook secrets) and request bodies, and
-        # made one failing request's line tens of kilobytes (structlog's dict_tracebacks shows them).
-        final += [structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))]
+    final: list[Any] = [
+        structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+        _exception_renderer(settings.log_format),
+    ]
+    scrubber = SecretScrubber(settings.secret_values())
+    if scrubber:
+        final.append(_SecretFilter(scrubber))
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared, processors=[*final, _renderer(settings.log_format)]
     )

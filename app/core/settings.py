@@ -12,12 +12,14 @@ import binascii
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, field, fields
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from app.core.redaction import redact_url, url_passwords
 
 AppEnv = Literal["development", "test", "production"]
 STRIPE_API_DEFAULT = "https://api.stripe.com"
@@ -27,19 +29,27 @@ class SettingsError(Exception):
     """A setting is missing or malformed; the message names the variable and the fix."""
 
 
-@dataclass(frozen=True)
+# A field's ``secret`` metadata is the one place that decides what is secret: its value (or a URL's
+# password) never prints in a repr, and every log line and Sentry event is scrubbed of it.
+_SECRET: dict[str, str] = {"secret": "value"}
+_SECRET_URL: dict[str, str] = {"secret": "url"}
+HIDDEN = "***"
+
+
+@dataclass(frozen=True, repr=False)
 class Settings:
     app_env: AppEnv = "development"
-    database_url: str | None = None
-    redis_url: str | None = None
+    database_url: str | None = field(default=None, metadata=_SECRET_URL)
+    redis_url: str | None = field(default=None, metadata=_SECRET_URL)
     redis_namespace: str = ""
     message_queue_driver: Literal["arq", "sync"] = "arq"
     billing_provider: Literal["stripe", "none"] = "stripe"
-    stripe_api_key: str = ""
+    stripe_api_key: str = field(default="", metadata=_SECRET)
     stripe_api_base: str = STRIPE_API_DEFAULT
     stripe_api_timeout_seconds: float = 10.0
-    stripe_webhook_secrets: tuple[str, ...] = ()
-    clerk_webhook_signing_secret: str | None = None
+    stripe_webhook_secrets: tuple[str, ...] = field(default=(), metadata=_SECRET)
+    clerk_webhook_signing_secret: str | None = field(default=None, metadata=_SECRET)
+    clerk_secret_key: str | None = field(default=None, metadata=_SECRET)
     webhook_rate_limit_per_minute: int = 600
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     webhook_max_body_bytes: int = 1_048_576
@@ -56,8 +66,34 @@ class Settings:
     worker_poll_delay_seconds: float = 0.01
     worker_max_jobs: int = 20
     sentry_dsn: str | None = None
+    ops_password: str | None = field(default=None, metadata=_SECRET)
+    metrics_token: str | None = field(default=None, metadata=_SECRET)
     log_format: Literal["console", "json"] = "console"
     log_level: str = "INFO"
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{item.name}={self._shown(item)}' for item in fields(self))})"
+
+    def _shown(self, item: Field[Any]) -> str:
+        value = getattr(self, item.name)
+        kind = item.metadata.get("secret")
+        if not kind or not value:
+            return repr(value)
+        return repr(redact_url(value) if kind == "url" else HIDDEN)
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every configured secret, each once: what the log and Sentry scrubbers remove."""
+        found: dict[str, None] = {}
+        for item in fields(self):
+            kind = item.metadata.get("secret")
+            value = getattr(self, item.name)
+            if not kind or not value:
+                continue
+            if kind == "url":
+                found.update(dict.fromkeys(url_passwords(value)))
+            else:
+                found.update(dict.fromkeys(value if isinstance(value, tuple) else (value,)))
+        return tuple(found)
 
     @property
     def is_production(self) -> bool:
@@ -134,9 +170,9 @@ def _database_url(env: Mapping[str, str]) -> str | None:
         return None
     try:
         url = make_url(raw)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise SettingsError(
-            f"DATABASE_URL={raw!r} does not parse: use postgresql+asyncpg://user:password@host:5432/db."
+            f"DATABASE_URL={redact_url(raw)!r} does not parse: use postgresql+asyncpg://user:password@host:5432/db."
         ) from None
     if url.get_backend_name() != "postgresql":
         raise SettingsError(
@@ -154,7 +190,9 @@ def _redis_url(env: Mapping[str, str]) -> str | None:
         return None
     scheme, sep, rest = raw.partition("://")
     if not sep or scheme not in ("redis", "rediss", "unix") or not rest:
-        raise SettingsError(f"REDIS_URL={raw!r} does not parse: use redis://host:6379/0 (or rediss:// for TLS).")
+        raise SettingsError(
+            f"REDIS_URL={redact_url(raw)!r} does not parse: use redis://host:6379/0 (or rediss:// for TLS)."
+        )
     return raw
 
 
@@ -162,7 +200,7 @@ def _http_url(env: Mapping[str, str], name: str, default: str) -> str:
     raw = _get(env, name) or default
     scheme, sep, rest = raw.partition("://")
     if scheme not in ("http", "https") or not sep or not rest.split("/")[0]:
-        raise SettingsError(f"{name}={raw!r} does not parse: use an http(s) URL such as {default}.")
+        raise SettingsError(f"{name}={redact_url(raw)!r} does not parse: use an http(s) URL such as {default}.")
     return raw.rstrip("/")
 
 
@@ -209,15 +247,13 @@ def _sentry_dsn(env: Mapping[str, str]) -> str | None:
     raw = _get(env, "SENTRY_DSN")
     if raw is None:
         return None
-    from sentry_sdk.utils import BadDsn, Dsn
+    from app.core.sentry import is_valid_dsn  # imported here: app.core.sentry imports this module
 
-    try:
-        Dsn(raw)
-    except BadDsn:
+    if not is_valid_dsn(raw):
         raise SettingsError(
             "SENTRY_DSN does not parse: copy the DSN from Sentry (Settings > Client Keys), "
             "e.g. https://<key>@o0.ingest.sentry.io/<project>, or unset it to switch Sentry off."
-        ) from None
+        )
     return raw
 
 
@@ -270,6 +306,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, check_crons: bool = F
         clerk_webhook_signing_secret=(
             check_whsec("CLERK_WEBHOOK_SIGNING_SECRET", clerk_secret) if clerk_secret else None
         ),
+        clerk_secret_key=_get(env, "CLERK_SECRET_KEY"),
         webhook_rate_limit_per_minute=_int(env, "WEBHOOK_RATE_LIMIT_PER_MINUTE", 600, 1),
         trusted_proxies=_trusted_proxies(env),
         webhook_max_body_bytes=_int(env, "WEBHOOK_MAX_BODY_BYTES", 1_048_576, 1),
@@ -286,6 +323,8 @@ def load_settings(env: Mapping[str, str] | None = None, *, check_crons: bool = F
         worker_poll_delay_seconds=_float(env, "WORKER_POLL_DELAY_SECONDS", 0.01, 0.001),
         worker_max_jobs=_int(env, "WORKER_MAX_JOBS", 20, 1),
         sentry_dsn=_sentry_dsn(env),
+        ops_password=_get(env, "OPS_PASSWORD"),
+        metrics_token=_get(env, "METRICS_TOKEN"),
         log_format=_choice(  # type: ignore[arg-type]
             env, "LOG_FORMAT", "json" if app_env == "production" else "console", ("console", "json")
         ),

@@ -22,6 +22,7 @@ from croniter import croniter
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
+from app.core.sentry import capture_checkin
 from app.core.settings import check_cron_pattern
 from app.queue.job import CronJob, CronTick
 from app.queue.models import CronRun
@@ -156,16 +157,6 @@ class _CheckIn:
             self._send("ok" if ok else "error", duration=time.monotonic() - self.started)
 
     def _send(self, status: str, duration: float | None = None) -> str | None:
-        try:
-            from sentry_sdk.crons import capture_checkin
-
-            return capture_checkin(
-                monitor_slug=self.slug,
-                check_in_id=self.check_in_id,
-                status=status,
-                duration=duration,
-                monitor_config=self.config,  # type: ignore[arg-type]
-            )
-        except Exception:  # a check-in that cannot be sent never fails the cron
-            logger.warning("Could not send a Sentry check-in for cron %s", self.slug, exc_info=True)
-            return None
+        return capture_checkin(
+            self.slug, status, check_in_id=self.check_in_id, duration=duration, monitor_config=self.config
+        )

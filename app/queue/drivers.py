@@ -20,6 +20,7 @@ from arq.jobs import serialize_job
 from arq.utils import timestamp_ms, to_ms
 from redis.exceptions import RedisError
 
+from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS
 from app.queue.errors import QueueUnavailableError
 from app.queue.execution import run_attempt
@@ -70,11 +71,6 @@ redis.call('PSETEX', KEYS[1], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 return 1
 """
-
-
-def _redacted(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 class ArqQueue:
@@ -145,7 +141,7 @@ class ArqQueue:
 
     def _unavailable(self, job_cls: type[Job[Any]], exc: BaseException) -> QueueUnavailableError:
         return QueueUnavailableError(
-            f"Could not queue {job_cls.name()}: Redis at {_redacted(self.settings.require_redis_url())} "
+            f"Could not queue {job_cls.name()}: Redis at {redact_url(self.settings.require_redis_url())} "
             f"did not accept it within {self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'}). "
             "The job was not queued; check that Redis is running and REDIS_URL points at it."
         )

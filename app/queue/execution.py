@@ -17,9 +17,8 @@ from typing import Any
 import msgspec
 import structlog
 from arq import Retry
-from sentry_sdk.integrations.logging import ignore_logger
 
-from app.core.sentry import report_exception
+from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
 from app.queue.errors import PermanentError
 from app.queue.job import CronJob, CronTick, Job, JobContext

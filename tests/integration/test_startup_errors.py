@@ -41,3 +41,19 @@ def test_litestar_cli_refuses_a_bad_setting_the_same_way() -> None:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "Configuration error: REDIS_URL" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"DATABASE_URL": "postgresql+asyncpg://u:hunter2pw@host:notaport/db"}, "DATABASE_URL"),
+        ({"REDIS_URL": "http://:hunter2pw@redis:6379/0"}, "REDIS_URL"),
+    ],
+)
+def test_a_url_in_a_start_up_error_hides_its_password(env: dict[str, str], variable: str) -> None:
+    result = _run([os.path.join(BIN, "uvicorn"), "--factory", "app.asgi:create_app", "--port", "0"], env)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "hunter2pw" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if variable in line]
+    assert line.startswith(f"Configuration error: {variable}=") and ":***@" in line, result.stderr

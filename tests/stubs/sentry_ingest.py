@@ -12,10 +12,15 @@ from typing import Any
 
 
 class SentryIngestStub:
-    """Point ``SENTRY_DSN`` at :attr:`dsn`; read what arrived from :attr:`events`."""
+    """Point ``SENTRY_DSN`` at :attr:`dsn`; read what arrived from :attr:`events`.
+
+    :attr:`envelopes` keeps every request body as sent (decompressed), so a test
+    can look for a string anywhere in what left the process, items we do not parse included.
+    """
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.envelopes: list[bytes] = []
         self.check_ins: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         stub = self
@@ -50,6 +55,8 @@ class SentryIngestStub:
         self._server.server_close()
 
     def _ingest(self, body: bytes) -> None:
+        with self._lock:
+            self.envelopes.append(body)
         position = body.find(b"\n") + 1  # skip the envelope header
         while 0 < position < len(body):
             end = body.find(b"\n", position)
@@ -85,6 +92,12 @@ class SentryIngestStub:
         with self._lock:
             self.events.clear()
             self.check_ins.clear()
+            self.envelopes.clear()
+
+    def sent_bytes(self) -> bytes:
+        """Everything received so far, envelope headers included."""
+        with self._lock:
+            return b"\n".join(self.envelopes)
 
 
 def exception_types(event: dict[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.redaction import redact_url
 from app.core.settings import SettingsError, load_settings
 
 GOOD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -89,3 +90,69 @@ def test_production_requires_the_secret_of_an_enabled_provider() -> None:
     with pytest.raises(SettingsError, match="STRIPE_WEBHOOK_SECRET"):
         load_settings(env)
     assert load_settings({**env, "BILLING_PROVIDER": "none"}).stripe_enabled is False
+
+
+SECRET_ENV = {
+    "STRIPE_API_KEY": "sk_live_key_in_no_repr",
+    "STRIPE_WEBHOOK_SECRET": f"{GOOD_SECRET},whsec_{'B' * 32}",
+    "CLERK_WEBHOOK_SIGNING_SECRET": f"whsec_{'C' * 32}",
+    "CLERK_SECRET_KEY": "sk_live_clerk_in_no_repr",
+    "OPS_PASSWORD": "ops-password-in-no-repr",
+    "METRICS_TOKEN": "metrics-token-in-no-repr",
+    "DATABASE_URL": "postgresql+asyncpg://app:db%40pass-in-no-repr@db:5432/app",
+    "REDIS_URL": "redis://:redis-pass-in-no-repr@redis:6379/0",
+}
+SECRETS = [
+    "sk_live_key_in_no_repr",
+    GOOD_SECRET,
+    f"whsec_{'B' * 32}",
+    f"whsec_{'C' * 32}",
+    "sk_live_clerk_in_no_repr",
+    "ops-password-in-no-repr",
+    "metrics-token-in-no-repr",
+    "db%40pass-in-no-repr",
+    "db@pass-in-no-repr",
+    "redis-pass-in-no-repr",
+]
+
+
+def test_settings_never_print_their_secrets() -> None:
+    settings = load_settings(SECRET_ENV)
+    for shown in (repr(settings), str(settings), f"{settings}"):
+        assert [secret for secret in SECRETS if secret in shown] == []
+        assert "stripe_api_key='***'" in shown
+        assert "database_url='postgresql+asyncpg://app:***@db:5432/app'" in shown
+        assert "redis_url='redis://:***@redis:6379/0'" in shown
+        assert "log_level='INFO'" in shown  # the rest is shown as it is
+
+
+def test_secret_values_name_every_configured_secret_once() -> None:
+    values = load_settings(SECRET_ENV).secret_values()
+    assert sorted(values) == sorted(SECRETS)
+    assert load_settings({}).secret_values() == ()
+
+
+def test_the_next_issue_settings_are_plain_optional_strings() -> None:
+    assert (load_settings({}).clerk_secret_key, load_settings({}).ops_password, load_settings({}).metrics_token) == (
+        None,
+        None,
+        None,
+    )
+    settings = load_settings({"CLERK_SECRET_KEY": "sk_x", "OPS_PASSWORD": "pw", "METRICS_TOKEN": "tok"})
+    assert (settings.clerk_secret_key, settings.ops_password, settings.metrics_token) == ("sk_x", "pw", "tok")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+asyncpg://u:hunter2pw@host:notaport/db", "postgresql+asyncpg://u:***@host:notaport/db"),
+        ("redis://:pw@redis:6379/0", "redis://:***@redis:6379/0"),
+        ("postgresql://u:p@ss:w/rd@host/db", "postgresql://u:***@host/db"),
+        ("postgresql://u@host/db", "postgresql://u@host/db"),
+        ("redis://redis:6379/0", "redis://redis:6379/0"),
+        ("u:pw@host", "u:***@host"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_redact_url_hides_the_password_even_of_a_url_that_does_not_parse(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
