@@ -164,7 +164,16 @@ def sentry_enabled(sentry_stub: SentryIngestStub) -> Iterator[SentryIngestStub]:
 
     yield sentry_stub
     sentry_sdk.flush(timeout=2)
-    sentry_sdk.init(dsn=None)
+    sentry_sdk.init(dsn=None, auto_enabling_integrations=False)  # auto-enabled ones would patch Litestar
+
+
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption("--fuzz-examples", type=int, default=2500, help="requests the intake fuzz test sends")
+
+
+@pytest.fixture
+def fuzz_examples(request: pytest.FixtureRequest) -> int:
+    return int(request.config.getoption("--fuzz-examples"))
 
 
 def pytest_configure(config: Any) -> None:

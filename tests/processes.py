@@ -68,6 +68,36 @@ def api_process(env: Mapping[str, str]) -> Iterator[str]:
         stop(process)
 
 
+@contextmanager
+def logged_api_process(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
+    """``api_process`` with the API's output (access log included) written to ``log_path``."""
+    port = free_port()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "app.asgi:create_app",
+                "--port",
+                str(port),
+                "--no-proxy-headers",
+            ],
+            cwd=ROOT,
+            env=child_env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(base_url, process)
+        yield base_url
+    finally:
+        stop(process)
+
+
 def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
     if process.poll() is None:
         process.send_signal(sig)

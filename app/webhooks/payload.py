@@ -38,8 +38,8 @@ def decode_payload(raw: bytes | str) -> dict[str, Any]:
     data = raw.encode() if isinstance(raw, str) else raw
     try:
         payload = _decoder.decode(data)
-    except msgspec.ValidationError as exc:  # valid JSON holding a number out of range
-        raise PayloadError(f"The JSON holds a number out of range: {exc}.") from None
+    except msgspec.ValidationError:  # valid JSON holding a number out of range (its message would name the key)
+        raise PayloadError("The JSON holds a number out of range.") from None
     except msgspec.DecodeError:
         raise PayloadError("Not valid JSON (UTF-8).") from None
     except RecursionError:

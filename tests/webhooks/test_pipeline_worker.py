@@ -118,7 +118,7 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
     finally:
         import sentry_sdk
 
-        sentry_sdk.init(dsn=None)
+        sentry_sdk.init(dsn=None, auto_enabling_integrations=False)  # auto-enabled ones would patch Litestar
         await resources.close()
 
 

@@ -1,0 +1,292 @@
+"""Hostile requests, generated from the API's own ``/schema``, against a running API with Sentry on.
+
+Every request is unsigned, signed with a hostile body, or signed and valid;
+every body carries a planted string. The run asserts: no answer is a 5xx;
+the inbox holds exactly the valid signed events; no Sentry item and no log
+line carries a configured secret or the planted string.
+
+A few thousand requests in ``make test``; more with
+``make test PYTEST_ARGS="tests/fuzz --fuzz-examples=10000"``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.engine import make_url
+from stripe import WebhookSignature
+from svix.webhooks import Webhook
+
+from tests.processes import logged_api_process
+from tests.stubs.sentry_ingest import SentryIngestStub
+
+pytestmark = pytest.mark.slow
+PLANTED = "planted-body-0f1e2d3c"
+SECRETS = {
+    "STRIPE_API_KEY": "sk_live_fuzz_api_key_0001",
+    "CLERK_SECRET_KEY": "sk_live_fuzz_clerk_key_0002",
+    "OPS_PASSWORD": "fuzz-ops-password-0003",
+    "METRICS_TOKEN": "fuzz-metrics-token-0004",
+}
+DB_PASSWORD = "fuzzDbPassw0rd"
+
+
+@dataclass
+class Run:
+    base_url: str
+    secrets: dict[str, str]
+    routes: dict[str, list[str]]
+    client: httpx.Client
+    expected: set[tuple[str, str]] = field(default_factory=set)
+    answers: dict[int, int] = field(default_factory=dict)
+    requests: int = 0
+
+
+@pytest.fixture(scope="module")
+def sentry() -> Iterator[SentryIngestStub]:
+    stub = SentryIngestStub().start()
+    yield stub
+    stub.stop()
+
+
+@pytest.fixture
+def run(
+    settings_env: dict[str, str], sentry: SentryIngestStub, tmp_path: Path, webhook_secrets: dict[str, str]
+) -> Iterator[Run]:
+    database_url = make_url(settings_env["DATABASE_URL"]).set(password=DB_PASSWORD)
+    env = {
+        **settings_env,
+        **SECRETS,
+        "DATABASE_URL": database_url.render_as_string(hide_password=False),
+        "SENTRY_DSN": sentry.dsn,
+        "LOG_FORMAT": "json",
+        "WEBHOOK_RATE_LIMIT_PER_MINUTE": "1000000",
+        "WEBHOOK_MAX_BODY_BYTES": "65536",
+    }
+    log = tmp_path / "api.log"
+    with logged_api_process(env, log) as base_url, httpx.Client(base_url=base_url, timeout=15) as client:
+        schema = client.get("/schema").json()
+        routes = {
+            path: [p["name"] for p in op["post"].get("parameters", []) if p["in"] == "header"]
+            for path, op in schema["paths"].items()
+            if "post" in op
+        }
+        secrets = {**SECRETS, "stripe": webhook_secrets["stripe"], "clerk": webhook_secrets["clerk"]}
+        yield Run(base_url, secrets, routes, client)
+    leaked = _leaks(log.read_bytes() + sentry.sent_bytes(), [*secrets.values(), DB_PASSWORD, PLANTED])
+    assert not leaked, f"found in the logs or Sentry: {leaked}"
+
+
+def _leaks(text: bytes, values: list[str]) -> list[str]:
+    return [value[:12] + "..." for value in values if value.encode() in text]
+
+
+# Bodies -----------------------------------------------------------------------------------------------
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+_raw_values = st.one_of(
+    st.sampled_from(["1e400", "-1e400", "9" * 5000, "1e-20000", '"\\ud800"', '"a\\u0000b"', "[[[[", "{", "nul"]),
+    st.integers(min_value=60, max_value=70).map(_nested),
+    st.sampled_from([_nested(1000), _nested(10_000)]),
+    _json.map(json.dumps),
+)
+_ids = st.one_of(
+    st.text(min_size=1, max_size=40).map(lambda s: json.dumps("evt_" + s)),
+    st.sampled_from(['"evt_' + "x" * 300 + '"', '"evt_\\u0000"', "42", "null", '""', "[]", '"' + "é" * 200 + '"']),
+)
+
+
+@st.composite
+def hostile_body(draw: st.DrawFn) -> bytes:
+    """A body built as text, so it can hold what no JSON encoder writes (1e400, lone surrogates, garbage)."""
+    if draw(st.booleans()):
+        return PLANTED.encode() + draw(st.binary(max_size=200))
+    event_id, value = draw(_ids), draw(_raw_values)
+    event_type = draw(
+        st.sampled_from(['"customer.subscription.updated"', '"user.created"', '"x' * 1 + "y" * 300 + '"', "7"])
+    )
+    return f'{{"id": {event_id}, "type": {event_type}, "note": "{PLANTED}", "v": {value}}}'.encode(errors="replace")
+
+
+@st.composite
+def header_value(draw: st.DrawFn) -> bytes:
+    text = draw(
+        st.one_of(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=60), st.just(""))
+    )
+    size = draw(st.sampled_from([1, 1, 1, 200]))
+    return (text * size)[:12000].encode("latin-1")
+
+
+# Deliveries -----------------------------------------------------------------------------------------------
+
+
+def _stripe_signed(body: bytes, secret: str, skew: int) -> dict[str, Any]:
+    header = WebhookSignature.generate_signature_header(
+        body.decode(errors="replace"), secret, timestamp=int(time.time()) + skew
+    )
+    return {"Stripe-Signature": header}
+
+
+def _clerk_signed(body: bytes, secret: str, msg_id: str) -> dict[str, Any]:
+    when = datetime.now(UTC)
+    return {
+        "svix-id": msg_id,
+        "svix-timestamp": str(int(when.timestamp())),
+        "svix-signature": Webhook(secret).sign(msg_id, when, body.decode(errors="replace")),
+    }
+
+
+@dataclass(frozen=True)
+class Attempt:
+    path: str
+    body: bytes
+    headers: dict[str, Any]
+    signed: bool
+    event_id: str | None = None
+    """Clerk's event id (the svix-id) of a signed delivery; Stripe's is in the body."""
+
+
+@st.composite
+def request(draw: st.DrawFn, run: Run) -> Attempt:
+    path = draw(st.sampled_from(sorted(run.routes)))
+    provider = path.rsplit("/", 1)[-1]
+    kind = draw(st.sampled_from(["unsigned", "signed-hostile", "signed-valid"]))
+    headers: dict[str, Any] = {"Content-Type": draw(st.sampled_from([b"application/json", b"text/plain", b"x/\xff"]))}
+    if kind == "unsigned":
+        headers |= {name: draw(header_value()) for name in run.routes[path] if draw(st.booleans())}
+        return Attempt(path, draw(hostile_body()), headers, signed=False)
+    if kind == "signed-hostile":
+        body = draw(hostile_body())
+    else:
+        event_type = "customer.subscription.updated" if provider == "stripe" else "user.updated"
+        event_id = f"evt_fuzz_{draw(st.uuids()).hex}"
+        body = json.dumps(
+            {"id": event_id, "type": event_type, "note": PLANTED, "data": {"object": draw(_json)}}
+        ).encode()
+    if provider == "stripe":
+        skew = draw(st.sampled_from([0, 0, 0, 3600, -3600]))  # an hour ahead or behind: refused
+        headers |= _stripe_signed(body, run.secrets["stripe"], skew)
+        return Attempt(path, body, headers, signed=skew == 0)
+    msg_id = draw(
+        st.one_of(st.uuids().map(lambda u: f"msg_{u.hex}"), st.sampled_from(["msg_" + "x" * 300, "msg_\x7f"]))
+    )
+    headers |= _clerk_signed(body, run.secrets["clerk"], msg_id)
+    return Attempt(path, body, headers, signed=True, event_id=msg_id)
+
+
+HANDLED = {"stripe": ("customer.subscription.",), "clerk": ("user.",)}
+
+
+def _must_store(attempt: Attempt) -> tuple[str, str] | None:
+    """The oracle, written apart from the code under test (stdlib json): the inbox key a delivery must create."""
+    provider = attempt.path.rsplit("/", 1)[-1]
+    if not attempt.signed:
+        return None
+    try:
+        text = attempt.body.decode("utf-8")
+        payload = json.loads(text, parse_constant=lambda name: float("nan"))
+        text.encode("utf-8")
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be encoded
+        if not isinstance(payload, dict) or _depth(payload) > 64 or not _numbers_fit(payload):
+            return None
+    except (ValueError, RecursionError, UnicodeError):
+        return None
+    event_id = attempt.event_id if provider == "clerk" else payload.get("id")
+    event_type = payload.get("type")
+    for value in (event_id, event_type):
+        if not isinstance(value, str) or not 0 < len(value) <= 255 or "\x00" in value:
+            return None
+    if not str(event_type).startswith(HANDLED[provider]):
+        return None
+    return provider, str(event_id)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _numbers_fit(value: Any) -> bool:
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, dict):
+        return all(_numbers_fit(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_numbers_fit(v) for v in value)
+    return True
+
+
+def _send(run: Run, attempt: Attempt) -> int:
+    try:
+        response = run.client.post(attempt.path, content=attempt.body, headers=attempt.headers)
+    except httpx.LocalProtocolError:  # a header the client itself refuses to send: not a request
+        return 0
+    run.requests += 1
+    run.answers[response.status_code] = run.answers.get(response.status_code, 0) + 1
+    return response.status_code
+
+
+async def _inbox_keys(database_url: str) -> set[tuple[str, str]]:
+    connection = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
+    try:
+        return {
+            (r["provider"], r["event_id"])
+            for r in await connection.fetch("SELECT provider, event_id FROM webhook_event")
+        }
+    finally:
+        await connection.close()
+
+
+def test_hostile_requests_get_no_5xx_store_nothing_and_leak_nothing(
+    run: Run, settings_env: dict[str, str], fuzz_examples: int
+) -> None:
+    @settings(max_examples=fuzz_examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(data=st.data())
+    def one(data: st.DataObject) -> None:
+        attempt = data.draw(request(run))
+        status = _send(run, attempt)
+        assert status < 500, (attempt.path, attempt.headers, attempt.body[:200], status)
+        key = _must_store(attempt)
+        if key is not None:
+            assert status == 200, (status, key, attempt.body[:200])
+            run.expected.add(key)
+
+    one()
+    for path in ("/health", "/ready", "/schema", "/webhooks/nowhere"):
+        assert run.client.get(path).status_code < 500
+    import asyncio
+
+    stored = asyncio.run(_inbox_keys(settings_env["DATABASE_URL"]))
+    assert stored == run.expected, "rows stored from bad input" if stored - run.expected else "valid events lost"
+    print(f"fuzz: {run.requests} requests, answers {dict(sorted(run.answers.items()))}, {len(stored)} stored")
