@@ -14,14 +14,17 @@ relays take different rows), hands them to the queue, and commits.
   copy relayed after the first finished runs again, so a staged job must be
   idempotent, as every job already must be (a retry runs it again too).
 
-The code that commits a session can relay what it staged at once with
-``queue.relay_outbox(session=session)``.
+Every worker runs :class:`OutboxRelayLoop`; the webhook pipeline also relays
+the rows its handler staged right after its commit, for latency.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -35,10 +38,13 @@ from app.queue.models import JobOutbox
 
 if TYPE_CHECKING:
     from app.core.db import Database
+    from app.queue.protocol import MessageQueue
 
 logger = logging.getLogger("app.queue.outbox")
 
 RELAY_BATCH = 100
+RELAY_INTERVAL_SECONDS = 0.5
+RELAY_WARN_EVERY_SECONDS = 60.0
 # The rows a session staged, kept on the session so the code that commits it can relay them at once.
 _STAGED = "app.queue.outbox.staged"
 _OUTBOX = cast(Table, JobOutbox.__table__)
@@ -117,3 +123,77 @@ def _encoded(row: Row[Any]) -> EncodedJob:
 
 def _ms(at: datetime) -> int:
     return round(at.timestamp() * 1000)
+
+
+class OutboxRelayLoop:
+    """Every worker process runs one, so a committed staged job reaches the queue within about a second.
+
+    That holds when the process that staged the job died right after its
+    commit. A failing round (Redis or Postgres away) leaves the rows in place;
+    it is logged when the trouble starts, at most once a minute while it
+    lasts, and when it ends: not once per round.
+    """
+
+    def __init__(
+        self,
+        queue: MessageQueue,
+        *,
+        interval_seconds: float = RELAY_INTERVAL_SECONDS,
+        warn_every_seconds: float = RELAY_WARN_EVERY_SECONDS,
+    ) -> None:
+        self.queue = queue
+        self.interval = interval_seconds
+        self.warn_every = warn_every_seconds
+        self._stopped = asyncio.Event()
+        self._failed_rounds = 0
+        self._failing_since: float | None = None
+        self._warned_at = 0.0
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            if await self.relay_round() < RELAY_BATCH:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval):
+                        await self._stopped.wait()
+
+    async def drain(self) -> None:
+        """Relay until the outbox is empty or a round fails (a burst worker, before it takes jobs)."""
+        while await self.relay_round() == RELAY_BATCH:
+            pass
+
+    async def relay_round(self) -> int:
+        """One batch; never raises but for cancellation."""
+        try:
+            relayed = await self.queue.relay_outbox()
+        except Exception as exc:
+            self._failed(exc)
+            return 0
+        if self._failing_since is not None:
+            logger.info(
+                "Staged jobs are relayed to the queue again, after %d failed round(s) over %.0f s.",
+                self._failed_rounds,
+                time.monotonic() - self._failing_since,
+            )
+            self._failed_rounds, self._failing_since = 0, None
+        return relayed
+
+    def _failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        self._failed_rounds += 1
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._warned_at < self.warn_every:
+            return
+        self._warned_at = now
+        logger.warning(
+            "Staged jobs could not be relayed to the queue (%s: %s). They stay in job_outbox and are retried "
+            "every %g s (%d failed round(s) so far; logged again at most every %.0f s while it lasts).",
+            type(exc).__name__,
+            exc,
+            self.interval,
+            self._failed_rounds,
+            self.warn_every,
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -11,10 +13,12 @@ import pytest
 from sqlalchemy import select
 
 from app.core.resources import Resources
+from app.core.settings import load_settings
 from app.queue.drivers import ArqQueue, queue_key
 from app.queue.encoded import EncodedJob
 from app.queue.models import JobOutbox
-from app.queue.outbox import relay
+from app.queue.outbox import OutboxRelayLoop, relay
+from app.testing.processes import free_port
 from tests.queue.conftest import fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob
 
@@ -116,3 +120,39 @@ async def test_the_sync_driver_runs_a_staged_job_when_relayed(sync_resources: Re
         ("staged", "end"),
     ]
     assert await staged_job_ids(sync_resources) == []
+
+
+async def test_the_relay_loop_keeps_rows_while_redis_refuses_and_warns_once(
+    settings_env: dict[str, str], resources: Resources, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="app.queue.outbox")
+    job_id = await stage_and_commit(resources, RecordData(key="outage"))
+    refused = Resources.open(load_settings({**settings_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}))
+    try:
+        loop = OutboxRelayLoop(refused.queue, interval_seconds=0.02)
+        running = asyncio.create_task(loop.run())
+        await asyncio.sleep(1.0)  # dozens of failed rounds
+        loop.stop()
+        await asyncio.wait_for(running, 5)
+    finally:
+        await refused.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "stay in job_outbox" in warnings[0], warnings
+    assert await staged_job_ids(resources) == [job_id]
+
+    loop.queue = resources.queue  # Redis answers again
+    assert await loop.relay_round() == 1
+    assert await queued_ids(resources) == [job_id.encode()]
+    assert "relayed to the queue again" in caplog.records[-1].getMessage()
+
+
+async def test_a_burst_worker_relays_what_is_staged_then_runs_it(
+    events_table: Resources, start_worker: Callable[..., Any]
+) -> None:
+    await stage_and_commit(events_table, RecordData(key="burst"))
+
+    worker = await start_worker("--burst", wait=None)
+
+    assert await worker.wait_exit() == 0
+    assert [(e["key"], e["event"]) for e in await fetch_events(events_table)] == [("burst", "start"), ("burst", "end")]
+    assert await staged_job_ids(events_table) == []
