@@ -11,6 +11,11 @@ Success releases the lock inside the handler's transaction, in the statement
 that sets ``processed_at``: that statement holds the row's lock until COMMIT,
 so a worker that claims the event in between waits on the row and then sees it
 processed. One round trip fewer than unlocking after COMMIT.
+
+Follow-up jobs the handler staged (``context.queue``) commit with the event;
+once the claiming connection is back in the pool they are relayed to the queue
+at once. If that fails, or the process dies first, a worker's relay loop
+queues them within seconds: the event never waits on Redis.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ import logging
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.resources import Resources
-from app.queue.errors import PermanentError
+from app.queue.errors import PermanentError, QueueUnavailableError
 from app.webhooks.handlers import WebhookContext, find_handler
 from app.webhooks.inbox import discard_if_dead
 from app.webhooks.models import WebhookEvent
@@ -78,22 +83,27 @@ async def process_event(resources: Resources, row_id: int) -> None:
     async with resources.db.engine.connect() as connection:
         driver: Any = (await connection.get_raw_connection()).driver_connection
         try:
-            await _claimed_attempt(resources, row_id, connection, driver)
+            processed = await _claimed_attempt(resources, row_id, connection, driver)
         except BaseException as exc:
             await discard_if_dead(connection, driver, exc)
             raise
+    if processed is not None:
+        await processed.relay_staged()
 
 
-async def _claimed_attempt(resources: Resources, row_id: int, connection: AsyncConnection, driver: Any) -> None:
+async def _claimed_attempt(
+    resources: Resources, row_id: int, connection: AsyncConnection, driver: Any
+) -> _Attempt | None:
+    """The attempt, once its transaction committed; ``None`` when there was nothing to process."""
     lock_key = _LOCK_BASE + row_id
     claim = await driver.fetchrow(_CLAIM, row_id, lock_key)
     if not claim["got"]:
         logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
-        return
+        return None
     if claim["attempts"] is None:
         logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
         await _unlock(connection, driver, lock_key)
-        return
+        return None
     attempt = _Attempt(resources, _event(claim), connection, lock_key)
     try:
         await attempt.run()
@@ -103,6 +113,7 @@ async def _claimed_attempt(resources: Resources, row_id: int, connection: AsyncC
     except Exception as exc:
         await attempt.record_failure(driver, describe_error(exc))
         raise
+    return attempt
 
 
 def _event(claim: Any) -> WebhookEvent:
@@ -130,6 +141,7 @@ class _Attempt:
         self.connection = connection
         self.lock_key = lock_key
         self.locked = True
+        self.session: AsyncSession | None = None
 
     async def run(self) -> None:
         handler = find_handler(self.resources.modules, self.event.provider)
@@ -144,7 +156,28 @@ class _Attempt:
             await session.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": self.event.id, "lock_key": self.lock_key})
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
-        await context.flush_after_commit()
+        self.session = session
+
+    async def relay_staged(self) -> None:
+        """Queue the jobs the handler staged, now committed; never fails the event, which stays processed."""
+        if self.session is None:
+            return
+        try:
+            await self.resources.queue.relay_outbox(session=self.session)
+        except QueueUnavailableError as exc:
+            logger.warning(
+                "Jobs staged by %s event %s wait in job_outbox: %s A worker queues them once Redis answers.",
+                self.event.provider,
+                self.event.event_id,
+                exc,
+            )
+        except Exception:
+            logger.exception(
+                "Relaying the jobs staged by %s event %s failed (the event stays processed); "
+                "those still in job_outbox are queued by a worker within seconds.",
+                self.event.provider,
+                self.event.event_id,
+            )
 
     async def record_failure(self, driver: Any, error: str) -> None:
         """After the handler's rollback: keep the error for operators and release the lock if still held.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -18,7 +20,9 @@ from app.queue.drivers import ArqQueue, queue_key
 from app.queue.encoded import EncodedJob
 from app.queue.models import JobOutbox
 from app.queue.outbox import OutboxRelayLoop, relay
-from app.testing.processes import free_port
+from app.testing.processes import child_env, free_port
+from app.webhooks.models import WebhookEvent
+from tests.processes import ROOT
 from tests.queue.conftest import fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob
 
@@ -144,6 +148,44 @@ async def test_the_relay_loop_keeps_rows_while_redis_refuses_and_warns_once(
     assert await loop.relay_round() == 1
     assert await queued_ids(resources) == [job_id.encode()]
     assert "relayed to the queue again" in caplog.records[-1].getMessage()
+
+
+async def test_a_job_staged_by_a_process_killed_right_after_its_commit_is_queued_by_a_worker_within_seconds(
+    settings_env: dict[str, str], events_table: Resources, start_worker: Callable[..., Any]
+) -> None:
+    resources = events_table
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.queue.outbox_child",
+        "evt_killed",
+        cwd=ROOT,
+        env=child_env(settings_env),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        assert await asyncio.wait_for(child.stdout.readline(), 30) == b"committed\n"
+    finally:
+        child.kill()  # SIGKILL: right after the commit, before the relay
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+    async with resources.db.session() as session:
+        event = (await session.scalars(select(WebhookEvent))).one()
+    assert event.processed_at is not None  # the handler's transaction committed, with the staged job
+    assert len(await staged_job_ids(resources)) == 1
+    assert await queued_ids(resources) == []
+
+    await start_worker()
+    started = time.monotonic()
+
+    async def ran() -> list[dict[str, Any]]:
+        return [e for e in await fetch_events(resources) if e["key"] == "evt_killed" and e["event"] == "end"]
+
+    await wait_for(ran, 5, "a worker to relay and run the job the killed process staged")
+    assert time.monotonic() - started < 5
+    assert await staged_job_ids(resources) == []
+    assert len(await ran()) == 1
 
 
 async def test_a_burst_worker_relays_what_is_staged_then_runs_it(
