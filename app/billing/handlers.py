@@ -34,9 +34,10 @@ def _object_link(context: WebhookContext, name: str) -> str:
     return value
 
 
-def _after_sync(context: WebhookContext, result: BillingSync | None) -> None:
+async def _after_sync(context: WebhookContext, result: BillingSync | None) -> None:
+    """A changed limit stages its job in the sync's transaction: it is queued exactly when the new limit commits."""
     if result is not None and result.member_limit_changed:
-        context.queue_after_commit(
+        await context.queue(
             ApplyWorkspaceMemberLimitJob,
             ApplyWorkspaceMemberLimitData(workspace_id=result.workspace_id),
             # One job per event that changed the limit: never folded into a job that already read the old one.
@@ -47,13 +48,13 @@ def _after_sync(context: WebhookContext, result: BillingSync | None) -> None:
 async def _customer_changed(context: WebhookContext) -> None:
     customer_id = _object_link(context, "customer")
     gateway, free_limit = stripe_gateway(context.resources), context.resources.settings.free_plan_member_limit
-    _after_sync(context, await sync_customer(context.session, gateway, customer_id, free_limit))
+    await _after_sync(context, await sync_customer(context.session, gateway, customer_id, free_limit))
 
 
 async def _checkout_completed(context: WebhookContext) -> None:
     session_id = _object_link(context, "id")
     gateway, free_limit = stripe_gateway(context.resources), context.resources.settings.free_plan_member_limit
-    _after_sync(context, await link_checkout(context.session, gateway, session_id, free_limit))
+    await _after_sync(context, await link_checkout(context.session, gateway, session_id, free_limit))
 
 
 async def _dispute_changed(context: WebhookContext) -> None:

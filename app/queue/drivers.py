@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,17 +16,19 @@ from typing import TYPE_CHECKING, Any
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
-from arq.utils import timestamp_ms, to_ms
+from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS
-from app.queue.errors import QueueUnavailableError
+from app.queue.encoded import EncodedJob, encode_job
+from app.queue.errors import QueueUnavailableError, UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
+from app.queue.outbox import relay_outbox, stage
 from app.queue.protocol import JobState, MessageQueue
 from app.queue.queues import QueueName
-from app.queue.retry import expires_after_seconds
 from app.queue.serialization import deserialize, serialize
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ return 1
 class ArqQueue:
     def __init__(self, resources: Resources, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
         self.settings = resources.settings
+        self.db = resources.db
         self.timeout = timeout
         # Every call below runs under asyncio.timeout(self.timeout).
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
@@ -89,20 +91,35 @@ class ArqQueue:
         retry_limit: int | None = None,
         delay: timedelta | None = None,
         deduplication_id: str | None = None,
+        session: AsyncSession | None = None,
     ) -> str | None:
-        keys, args = self._enqueue_call(job_cls, data, retry_limit, delay, deduplication_id)
+        job = encode_job(
+            self.settings, job_cls, data, retry_limit=retry_limit, delay=delay, deduplication_id=deduplication_id
+        )
+        if session is not None:
+            stage(session, job)
+            return job.job_id
+        keys, args = self._enqueue_call(job)
         try:
             async with asyncio.timeout(self.timeout):
                 queued = await self._enqueue(keys=keys, args=args)
         except (TimeoutError, RedisError, OSError) as exc:
-            raise self._unavailable(job_cls, exc) from exc
-        return self._queued_id(job_cls, queued, args[3])
+            raise self._unavailable(job_cls.name(), exc) from exc
+        return self._queued_id(job, queued)
 
     async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
         """``add`` for several jobs of one class (data, deduplication id) in one pipelined round trip."""
-        if not items:
+        jobs = [encode_job(self.settings, job_cls, data, deduplication_id=dedup) for data, dedup in items]
+        return await self.enqueue_encoded(jobs, what=job_cls.name())
+
+    async def enqueue_encoded(self, jobs: Sequence[EncodedJob], *, what: str) -> list[str | None]:
+        """Queue jobs already encoded (by ``add_many``, or rebuilt from outbox rows) in one round trip.
+
+        No job class is needed: a relay queues the jobs of modules it does not load.
+        """
+        if not jobs:
             return []
-        calls = [self._enqueue_call(job_cls, data, None, None, dedup) for data, dedup in items]
+        calls = [self._enqueue_call(job) for job in jobs]
         try:
             async with asyncio.timeout(self.timeout):
                 async with self.redis.pipeline(transaction=False) as pipe:
@@ -110,38 +127,32 @@ class ArqQueue:
                         await self._enqueue(keys=keys, args=args, client=pipe)
                     results = await pipe.execute()
         except (TimeoutError, RedisError, OSError) as exc:
-            raise self._unavailable(job_cls, exc) from exc
-        return [self._queued_id(job_cls, queued, args[3]) for queued, (_, args) in zip(results, calls, strict=True)]
+            raise self._unavailable(what, exc) from exc
+        return [self._queued_id(job, queued) for queued, job in zip(results, jobs, strict=True)]
 
-    def _enqueue_call(
-        self,
-        job_cls: type[Job[Any]],
-        data: Any,
-        retry_limit: int | None,
-        delay: timedelta | None,
-        deduplication_id: str | None,
-    ) -> tuple[list[str], list[Any]]:
+    async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
+        async def send(jobs: list[EncodedJob]) -> None:
+            await self.enqueue_encoded(jobs, what=f"{len(jobs)} staged job(s) ({_names(jobs)})")
+
+        return await relay_outbox(self.db, send, session=session)
+
+    def _enqueue_call(self, job: EncodedJob) -> tuple[list[str], list[Any]]:
         """The keys and arguments of ``_ENQUEUE_LUA``: what arq's ``enqueue_job`` would write."""
-        raw = job_cls.encode_data(data)
-        policy = job_cls.retry_policy(self.settings)
-        limit = policy.retry_limit if retry_limit is None else retry_limit
-        defer = delay.total_seconds() if delay else 0.0
-        job_id = self.settings.redis_namespace + (deduplication_id or uuid.uuid4().hex)
-        enqueued_ms = timestamp_ms()
-        job = serialize_job(job_cls.name(), (raw,), {"retry_limit": limit}, None, enqueued_ms, serializer=serialize)
-        keys = [job_key_prefix + job_id, result_key_prefix + job_id, queue_key(self.settings, job_cls.queue)]
-        expires_ms = to_ms(expires_after_seconds(policy, limit, defer))
-        return keys, [job, expires_ms, enqueued_ms + (to_ms(defer) or 0), job_id]
+        envelope = serialize_job(
+            job.name, (job.data,), {"retry_limit": job.retry_limit}, None, job.enqueued_ms, serializer=serialize
+        )
+        keys = [job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_key(self.settings, job.queue)]
+        return keys, [envelope, job.expires_in_ms(timestamp_ms()), job.run_at_ms, job.job_id]
 
-    def _queued_id(self, job_cls: type[Job[Any]], queued: Any, job_id: str) -> str | None:
+    def _queued_id(self, job: EncodedJob, queued: Any) -> str | None:
         if not queued:
-            logger.debug("%s %s is already queued or running: not queued again.", job_cls.name(), job_id)
+            logger.debug("%s %s is already queued or running: not queued again.", job.name, job.job_id)
             return None
-        return job_id
+        return job.job_id
 
-    def _unavailable(self, job_cls: type[Job[Any]], exc: BaseException) -> QueueUnavailableError:
+    def _unavailable(self, what: str, exc: BaseException) -> QueueUnavailableError:
         return QueueUnavailableError(
-            f"Could not queue {job_cls.name()}: Redis at {redact_url(self.settings.require_redis_url())} "
+            f"Could not queue {what}: Redis at {redact_url(self.settings.require_redis_url())} "
             f"did not accept it within {self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'}). "
             "The job was not queued; check that Redis is running and REDIS_URL points at it."
         )
@@ -174,12 +185,18 @@ class ArqQueue:
 class SyncQueue:
     """Runs the job inside ``add`` with the same JSON round trip and validation as the worker.
 
-    A failure is raised to the caller (once: no retries inline), so a test sees it.
+    A failure is raised to the caller (once: no retries inline), so a test sees
+    it. ``add(..., session=...)`` stages the job as the arq driver does;
+    :meth:`relay_outbox` then runs the staged jobs inline.
     """
 
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self._running: set[str] = set()
+        # Staged rows name their job: the classes of the loaded modules, and any staged through this queue.
+        self._classes: dict[str, type[Job[Any]]] = {
+            job_cls.name(): job_cls for module in resources.modules for job_cls in [*module.jobs, *module.crons]
+        }
 
     async def add(
         self,
@@ -189,23 +206,61 @@ class SyncQueue:
         retry_limit: int | None = None,
         delay: timedelta | None = None,
         deduplication_id: str | None = None,
+        session: AsyncSession | None = None,
     ) -> str | None:
-        envelope = deserialize(serialize({"a": [job_cls.encode_data(data)]}))
-        job_id = self.resources.settings.redis_namespace + (deduplication_id or uuid.uuid4().hex)
-        if job_id in self._running:
-            return None
-        policy = job_cls.retry_policy(self.resources.settings)
-        limit = policy.retry_limit if retry_limit is None else retry_limit
-        context = JobContext(self.resources, job_id, 1, limit, job_cls.queue)
-        self._running.add(job_id)
-        try:
-            await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
-        finally:
-            self._running.discard(job_id)
-        return job_id
+        job = encode_job(
+            self.resources.settings,
+            job_cls,
+            data,
+            retry_limit=retry_limit,
+            delay=delay,
+            deduplication_id=deduplication_id,
+        )
+        if session is not None:
+            self._classes.setdefault(job.name, job_cls)
+            stage(session, job)
+            return job.job_id
+        return await self._run(job_cls, job)
 
     async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
         return [await self.add(job_cls, data, deduplication_id=dedup) for data, dedup in items]
+
+    async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
+        """Run the staged jobs inline and delete their rows; the first failure is raised after all ran."""
+        failures: list[Exception] = []
+
+        async def send(jobs: list[EncodedJob]) -> None:
+            for job in jobs:
+                try:
+                    await self._run(self._class_of(job), job)
+                except Exception as exc:
+                    failures.append(exc)
+
+        relayed = await relay_outbox(self.resources.db, send, session=session)
+        if failures:
+            raise failures[0]
+        return relayed
+
+    async def _run(self, job_cls: type[Job[Any]], job: EncodedJob) -> str | None:
+        if job.job_id in self._running:
+            return None
+        envelope = deserialize(serialize({"a": [job.data]}))
+        context = JobContext(self.resources, job.job_id, 1, job.retry_limit, job_cls.queue)
+        self._running.add(job.job_id)
+        try:
+            await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
+        finally:
+            self._running.discard(job.job_id)
+        return job.job_id
+
+    def _class_of(self, job: EncodedJob) -> type[Job[Any]]:
+        job_cls = self._classes.get(job.name)
+        if job_cls is None:
+            raise UnknownJobError(
+                f"Staged job {job.name} (id {job.job_id}) names a class no module of this process loads: "
+                "it was dropped. List its module in the modules this process opens its resources with."
+            )
+        return job_cls
 
     async def state(self, deduplication_id: str) -> JobState:
         job_id = self.resources.settings.redis_namespace + deduplication_id
@@ -213,6 +268,10 @@ class SyncQueue:
 
     async def close(self) -> None:
         return None
+
+
+def _names(jobs: Sequence[EncodedJob]) -> str:
+    return ", ".join(sorted({job.name for job in jobs}))
 
 
 def create_message_queue(resources: Resources) -> MessageQueue:

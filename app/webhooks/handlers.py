@@ -6,9 +6,8 @@ identity for Clerk) and are declared in that module's ``MODULE.webhook_handlers`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -19,8 +18,6 @@ from app.core.resources import Resources
 from app.queue.job import Job
 from app.webhooks.models import WebhookEvent
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass
 class WebhookContext:
@@ -29,40 +26,40 @@ class WebhookContext:
     ``session`` is the handler's transaction: the handler's writes and the
     event's ``processed_at`` commit together, so an effect on our own tables
     happens exactly once. Jobs to queue as a consequence go through
-    :meth:`queue_after_commit`, so no worker looks before the data exists.
+    :meth:`queue`, which stages them in that same transaction: none is queued
+    if it rolls back, none is lost if it commits.
     """
 
     resources: Resources
     session: AsyncSession
     event: WebhookEvent
-    _after_commit: list[tuple[type[Job[Any]], Any, str | None, timedelta | None]] = field(default_factory=list)
 
     @property
     def payload(self) -> dict[str, Any]:
         return self.event.payload
 
-    def queue_after_commit(
+    async def queue(
         self,
         job_cls: type[Job[Any]],
         data: Any,
         *,
         deduplication_id: str | None = None,
         delay: timedelta | None = None,
-    ) -> None:
-        self._after_commit.append((job_cls, data, deduplication_id, delay))
+        retry_limit: int | None = None,
+    ) -> str | None:
+        """Stage a follow-up job in the handler's transaction; the pipeline queues it right after its commit.
 
-    async def flush_after_commit(self) -> None:
-        for job_cls, data, deduplication_id, delay in self._after_commit:
-            try:
-                await self.resources.queue.add(job_cls, data, deduplication_id=deduplication_id, delay=delay)
-            except Exception:
-                logger.exception(
-                    "Could not queue %s after processing %s event %s; it runs with the next event or a retry.",
-                    job_cls.__name__,
-                    self.event.provider,
-                    self.event.event_id,
-                )
-        self._after_commit.clear()
+        If this process dies or Redis is away at that moment, a worker queues
+        it within seconds (``queue.add(..., session=...)``, SPEC 7).
+        """
+        return await self.resources.queue.add(
+            job_cls,
+            data,
+            deduplication_id=deduplication_id,
+            delay=delay,
+            retry_limit=retry_limit,
+            session=self.session,
+        )
 
 
 WebhookHandler = Callable[[WebhookContext], Awaitable[None]]

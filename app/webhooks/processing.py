@@ -18,6 +18,11 @@ keepalives, see ``core/db``).
 
 An attempt that raises ``PermanentError`` (or whose stored payload cannot be
 read) sets the event aside at once, with its one alert: retrying cannot help.
+
+Follow-up jobs the handler staged (``context.queue``) commit with the event;
+once the claiming connection is back in the pool they are relayed to the queue
+at once. If that fails, or the process dies first, a worker's relay loop
+queues them within seconds: the event never waits on Redis.
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ import logging
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.resources import Resources
-from app.queue.errors import PermanentError
+from app.queue.errors import PermanentError, QueueUnavailableError
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.handlers import WebhookContext, find_handler
 from app.webhooks.inbox import event_lock_key
@@ -106,7 +111,9 @@ async def process_event(resources: Resources, row_id: int) -> None:
         if not claim["got"]:
             logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
             return
-        await _Attempt(resources, connection, driver, row_id).run(claim)
+        attempt = _Attempt(resources, connection, driver, row_id)
+        await attempt.run(claim)
+    await attempt.relay_staged()
 
 
 class _Attempt:
@@ -119,6 +126,7 @@ class _Attempt:
         self.row_id = row_id
         self.lock_key = event_lock_key(row_id)
         self.locked = True
+        self.committed: tuple[WebhookEvent, AsyncSession] | None = None
 
     async def run(self, claim: Any) -> None:
         if claim["attempts"] is None:
@@ -148,7 +156,29 @@ class _Attempt:
             await session.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": event.id, "lock_key": self.lock_key})
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
-        await context.flush_after_commit()
+        self.committed = (event, session)
+
+    async def relay_staged(self) -> None:
+        """Queue the jobs the handler staged, now committed; never fails the event, which stays processed."""
+        if self.committed is None:
+            return
+        event, session = self.committed
+        try:
+            await self.resources.queue.relay_outbox(session=session)
+        except QueueUnavailableError as exc:
+            logger.warning(
+                "Jobs staged by %s event %s wait in job_outbox: %s A worker queues them once Redis answers.",
+                event.provider,
+                event.event_id,
+                exc,
+            )
+        except Exception:
+            logger.exception(
+                "Relaying the jobs staged by %s event %s failed (the event stays processed); "
+                "those still in job_outbox are queued by a worker within seconds.",
+                event.provider,
+                event.event_id,
+            )
 
     async def _record_failure(self, error: str, *, permanent: bool) -> None:
         """After the handler's rollback: keep the error (or set the event aside) and release the lock.

@@ -1,10 +1,15 @@
-"""The worker process: one arq Worker per queue, a supervising loop, the cron scheduler, signals.
+"""The worker process: one arq Worker per queue, a supervising loop, the cron scheduler, the outbox relay, signals.
 
 SIGTERM or SIGINT: stop taking jobs, let running ones finish within
 ``WORKER_SHUTDOWN_GRACE_SECONDS``, cancel what is left (it stays queued for
 another worker), exit 0. A second signal skips the rest of the grace period.
 Redis going away ends an arq Worker; the supervising loop logs, waits and
 builds a new one until Redis answers again.
+
+Every worker relays staged jobs (``app.queue.outbox``) to the queue every
+0.5 s, whatever queues it serves, so a job staged by a process that died right
+after its commit is queued within about a second. A burst worker relays what
+is staged once, before it takes jobs.
 
 The arq Workers are stopped cooperatively (their own burst exit), not by
 cancelling their loop: redis-py's connection check (``asyncio.timeout(0)``)
@@ -26,6 +31,7 @@ from arq.worker import Worker
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.queue.crons import Clock
+from app.queue.outbox import OutboxRelayLoop
 from app.queue.registry import JobRegistry
 from app.queue.scheduler import CronScheduler
 from app.worker.arq_worker import build_arq_worker, quiet_arq_logs
@@ -59,6 +65,7 @@ class WorkerProcess:
         self.scheduler = CronScheduler(
             resources, self.crons, clock=clock, interval_seconds=0.05 if clock is not None else 0.5
         )
+        self.relay = OutboxRelayLoop(resources.queue)
         self.live: dict[str, Worker] = {}
         self.retired: list[Worker] = []
         self.stopping = asyncio.Event()
@@ -72,16 +79,20 @@ class WorkerProcess:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        if self.burst:
+            await self.relay.drain()
         supervisors = [asyncio.create_task(self._supervise(queue), name=f"queue {queue}") for queue in self.queues]
         loops = list(supervisors)
         if not self.burst:
             loops.append(asyncio.create_task(self.scheduler.run(), name="cron scheduler"))
+            loops.append(asyncio.create_task(self.relay.run(), name="outbox relay"))
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([stop, *supervisors], return_when=asyncio.FIRST_COMPLETED)
         if self.burst and not self.stopping.is_set():
             await asyncio.gather(*supervisors)  # each returns once its queue is empty
         else:
             self.scheduler.stop()
+            self.relay.stop()
             await self._drain()
             self._end_loops()
             await _cancel_until_done([*loops, stop], within=LOOPS_STOP_SECONDS, cancel_first=False)

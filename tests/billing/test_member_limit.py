@@ -9,11 +9,14 @@ from sqlalchemy import select
 from app.billing import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.core.resources import Resources
 from app.identity.models import Workspace, WorkspaceMember
+from app.queue.models import JobOutbox
 from app.testing import process_delivery
+from app.testing.processes import free_port
 from app.testing.stripe_stub import StripeStub
 from app.worker.arq_worker import rerun_after_kill_seconds
-from tests.billing.conftest import subscription_delivery
+from tests.billing.conftest import OpenResources, subscription_delivery, workspace_row
 from tests.factories import AppUserFactory, WorkspaceMemberFactory, persist
+from tests.processes import wait_for, worker_starter
 
 
 async def _members_by_join_order(resources: Resources, workspace: Workspace, count: int) -> list[int]:
@@ -82,3 +85,35 @@ async def test_a_run_lost_with_its_worker_runs_again_within_a_minute(worker: Res
     """A SIGKILLed worker, or Redis restarting while the job ran, leaves its in-progress mark until the job's
     timeout (plus arq's margins) has passed: only then does another worker run it, and apply the seats."""
     assert rerun_after_kill_seconds(ApplyWorkspaceMemberLimitJob, worker) <= 60
+
+
+async def test_a_member_limit_job_staged_while_redis_refuses_is_relayed_and_run_by_a_worker(
+    open_resources: OpenResources,
+    settings_env: dict[str, str],
+    stripe_stub: StripeStub,
+    linked_workspace: Workspace,
+    webhook_secrets: dict[str, str],
+) -> None:
+    """Redis refuses the pipeline process between its commit and its relay: the job waits in job_outbox, and a
+    worker (healthy Redis) queues and runs it, so the seats are enforced anyway."""
+    refused = f"redis://127.0.0.1:{free_port()}/0"
+    pipeline = await open_resources(MESSAGE_QUEUE_DRIVER="arq", REDIS_URL=refused)
+    members = await _members_by_join_order(pipeline, linked_workspace, 5)
+    stripe_stub.put_subscription("cus_linked", id="sub_seats", quantity=2)
+
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked", id="sub_seats")
+    assert (await process_delivery(pipeline, delivery)).processed_at is not None
+    assert (await workspace_row(pipeline, linked_workspace.id)).member_limit == 2
+    async with pipeline.db.session() as session:
+        assert list((await session.scalars(select(JobOutbox.job_name))).all()) == ["ApplyWorkspaceMemberLimitJob"]
+    assert all(at is None for at in (await _suspensions(pipeline, linked_workspace)).values())
+
+    async def suspended() -> list[int]:
+        return [m for m, at in (await _suspensions(pipeline, linked_workspace)).items() if at is not None]
+
+    async with worker_starter(settings_env, "--queues", "billing-queue") as start_worker:
+        await start_worker()
+        # The two oldest members keep their seats; the three newest are suspended.
+        assert await wait_for(suspended, 10, "the worker to apply the member limit") == members[2:]
+    async with pipeline.db.session() as session:
+        assert (await session.scalars(select(JobOutbox))).all() == []

@@ -23,6 +23,7 @@ SPEC_TABLES = {
     "billing_refund",
     "billing_fraud_warning",
     "cron_run",
+    "job_outbox",
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.core.resources import Resources
+from app.core.settings import load_settings
 from app.testing.processes import free_port
 from tests.processes import WorkerProc, wait_for, worker_starter
 from tests.queue.sample_jobs import CREATE_TABLE
@@ -36,6 +37,14 @@ async def fetch_events(resources: Resources, job: str | None = None) -> list[dic
     async with resources.db.session() as session:
         rows = await session.execute(text(query), {"job": job} if job else {})
         return [dict(row._mapping) for row in rows]
+
+
+@pytest.fixture
+async def sync_resources(settings_env: dict[str, str], events_table: Resources) -> AsyncIterator[Resources]:
+    """Resources of a process whose queue runs jobs inline (``MESSAGE_QUEUE_DRIVER=sync``)."""
+    resources = Resources.open(load_settings({**settings_env, "MESSAGE_QUEUE_DRIVER": "sync"}))
+    yield resources
+    await resources.close()
 
 
 @pytest.fixture

@@ -93,13 +93,6 @@ async def test_add_against_an_unreachable_redis_fails_within_two_seconds(
         await resources.close()
 
 
-@pytest.fixture
-async def sync_resources(settings_env: dict[str, str], events_table: Resources) -> Iterator[Resources]:
-    resources = Resources.open(load_settings({**settings_env, "MESSAGE_QUEUE_DRIVER": "sync"}))
-    yield resources
-    await resources.close()
-
-
 async def test_the_sync_driver_runs_the_job_inside_add(sync_resources: Resources) -> None:
     assert isinstance(sync_resources.queue, SyncQueue)
 

@@ -11,11 +11,12 @@ from sqlalchemy import func, select, text
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import Settings
-from app.queue.models import CronRun
+from app.queue.models import CronRun, JobOutbox
 from app.webhooks.handlers import WebhookContext
 from app.webhooks.inbox import event_lock_key, store_event
 from app.webhooks.models import WebhookEvent
 from app.webhooks.processing import _MARK_PROCESSED_AND_UNLOCK, process_event
+from tests.queue.sample_jobs import RecordData, RecordJob
 from tests.webhooks.conftest import kill_pooled_connection
 
 _ADVISORY_LOCKS_HELD = (
@@ -219,3 +220,34 @@ async def test_a_commit_that_fails_after_the_early_unlock_records_the_error_and_
     async with resources.db.session() as session:
         held = await session.scalar(text(_ADVISORY_LOCKS_HELD))
     assert held == 0
+
+
+async def _staged_job_ids(resources: Resources) -> list[str]:
+    async with resources.db.session() as session:
+        return list((await session.scalars(select(JobOutbox.job_id))).all())
+
+
+async def test_a_job_the_handler_stages_is_queued_right_after_the_commit(make_resources: Any) -> None:
+    async def handler(context: WebhookContext) -> None:
+        await context.queue(RecordJob, RecordData(key=context.event.event_id), deduplication_id="follow-up")
+
+    resources = make_resources(handler)
+    await process_event(resources, await stored_row(resources))
+
+    assert await resources.queue.state("follow-up") == "queued"
+    assert await _staged_job_ids(resources) == []
+
+
+async def test_a_job_staged_by_a_failing_handler_is_never_queued(make_resources: Any) -> None:
+    async def handler(context: WebhookContext) -> None:
+        await context.queue(RecordJob, RecordData(key=context.event.event_id), deduplication_id="follow-up")
+        await context.session.flush()
+        raise RuntimeError("Stripe said no")
+
+    resources = make_resources(handler)
+    with pytest.raises(RuntimeError, match="Stripe said no"):
+        await process_event(resources, await stored_row(resources))
+
+    assert await _staged_job_ids(resources) == []
+    assert await resources.queue.relay_outbox() == 0
+    assert await resources.queue.state("follow-up") == "absent"

@@ -1,0 +1,68 @@
+"""A job as the queue stores it: everything needed to queue it again without its class.
+
+``add`` encodes a job from its class; the outbox stores the same fields in a
+row and the relay rebuilds them from it. Both reach Redis through one enqueue
+path, so a relayed job is byte for byte what ``add`` would have queued, with
+the id fixed when it was encoded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from arq.utils import timestamp_ms, to_ms
+
+from app.queue.job import Job
+from app.queue.retry import expires_after_seconds
+
+if TYPE_CHECKING:
+    from app.core.settings import Settings
+
+
+@dataclass(frozen=True)
+class EncodedJob:
+    name: str
+    queue: str
+    # With the namespace: the id the worker sees and the queue deduplicates by.
+    job_id: str
+    # ``Job.encode_data``'s output: JSON builtins, validated again when the job runs.
+    data: Any
+    retry_limit: int
+    # When it is due (epoch ms): the queue's score; a relay after an outage does not delay it again.
+    run_at_ms: int
+    # How long after ``run_at_ms`` the queue keeps it, so it survives every retry.
+    expires_after_ms: int
+    enqueued_ms: int
+
+    def expires_in_ms(self, now_ms: int) -> int:
+        """The lifetime to give the job's key when it is written at ``now_ms``."""
+        return max(self.run_at_ms - now_ms, 0) + self.expires_after_ms
+
+
+def encode_job(
+    settings: Settings,
+    job_cls: type[Job[Any]],
+    data: Any,
+    *,
+    retry_limit: int | None = None,
+    delay: timedelta | None = None,
+    deduplication_id: str | None = None,
+) -> EncodedJob:
+    """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times."""
+    raw = job_cls.encode_data(data)
+    policy = job_cls.retry_policy(settings)
+    limit = policy.retry_limit if retry_limit is None else retry_limit
+    now = timestamp_ms()
+    return EncodedJob(
+        name=job_cls.name(),
+        queue=str(job_cls.queue),
+        job_id=settings.redis_namespace + (deduplication_id or uuid.uuid4().hex),
+        data=raw,
+        retry_limit=limit,
+        run_at_ms=now + (to_ms(delay) or 0),
+        expires_after_ms=to_ms(expires_after_seconds(policy, limit, 0.0)),
+        enqueued_ms=now,
+    )
