@@ -54,7 +54,7 @@ cli: install  ## any Litestar CLI command against the dev services, e.g. make cl
 	@$(WITH_DEV_ENV) $(LITESTAR) $(ARGS)
 
 send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API
-	@$(WITH_DEV_ENV) $(LITESTAR) webhooks send-test --provider $(PROVIDER) --url http://$(HOST):$(PORT)
+	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) --url http://$(HOST):$(PORT)
 
 bench: install
 	@$(BIN)/python -m bench $(BENCH_ARGS)

@@ -12,10 +12,12 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-import app.core.model_registry  # noqa: F401  (registers every table)
 from alembic import context
 from app.core.db import ALEMBIC_VERSION_TABLE, metadata
 from app.core.settings import get_settings
+from app.runtime import all_models
+
+all_models()  # every module's models are imported, so their tables are in ``metadata``
 
 config = context.config
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import click
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
 from litestar import Litestar
+from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
@@ -23,7 +24,8 @@ from app.core.request_context import request_context_middleware
 from app.core.resources import Resources
 from app.core.sentry import init_sentry, report_exception
 from app.core.settings import Settings, get_settings
-from app.modules import api_modules
+from app.runtime import API_MODULES, Runtime, all_modules, open_resources
+from app.worker.cli import worker_group
 
 logger = logging.getLogger("app.api")
 # A statement of the API (intake's insert above all) that runs longer is cancelled by Postgres: 503, not a hang.
@@ -38,15 +40,11 @@ OPENAPI = OpenAPIConfig(
 
 
 class ModuleCLIPlugin(CLIPluginProtocol):
-    """Adds each module's command groups (``webhooks``, ``crons``...) to the ``litestar`` CLI."""
-
-    def __init__(self, modules: list[FeatureModule]) -> None:
-        self.modules = modules
+    """Adds the worker's command and each module's command groups (``webhooks``, ``crons``...) to ``litestar``."""
 
     def on_cli_init(self, cli: click.Group) -> None:
-        for module in self.modules:
-            for group in module.cli_groups:
-                cli.add_command(group)
+        for group in [worker_group, *(group for module in all_modules() for group in module.cli_groups)]:
+            cli.add_command(group)
 
 
 async def _log_server_error(exc: Exception, scope: Scope) -> None:
@@ -60,7 +58,7 @@ async def _log_server_error(exc: Exception, scope: Scope) -> None:
 
 
 def _lifespan(
-    resources: Resources, modules: list[FeatureModule]
+    resources: Resources, modules: Sequence[FeatureModule]
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -75,43 +73,32 @@ def _lifespan(
     return lifespan
 
 
-def build_app(settings: Settings, modules: list[FeatureModule] | None = None) -> Litestar:
+def build_app(settings: Settings, modules: Sequence[FeatureModule] = API_MODULES) -> Litestar:
     """Build the app from explicit settings (tests use this; production uses ``create_app``)."""
-    modules = api_modules() if modules is None else modules
     configure_logging(settings)
     init_sentry(settings, "api")
-    resources = Resources.open(settings, modules=modules, statement_timeout_seconds=API_STATEMENT_TIMEOUT_SECONDS)
+    resources = open_resources(settings, modules, statement_timeout_seconds=API_STATEMENT_TIMEOUT_SECONDS)
     return Litestar(
         route_handlers=_route_handlers(modules, resources),
-        plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin(_cli_modules())],
+        plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin()],
         middleware=[request_context_middleware],
         lifespan=[_lifespan(resources, modules)],
         after_exception=[_log_server_error],
         logging_config=None,
-        state=None,
+        state=State({"runtime": Runtime(settings)}),
         debug=False,
         request_max_body_size=settings.webhook_max_body_bytes,
         openapi_config=OPENAPI,
     )
 
 
-def _route_handlers(modules: list[FeatureModule], resources: Resources) -> list[Any]:
+def _route_handlers(modules: Sequence[FeatureModule], resources: Resources) -> list[Any]:
     handlers: list[Any] = []
     for module in modules:
         handlers += module.route_handlers
         if module.route_factory is not None:
             handlers += module.route_factory(resources)
     return handlers
-
-
-def _cli_modules() -> list[FeatureModule]:
-    from app.worker.cli import CLI_MODULE as queue_cli
-    from app.worker.modules import worker_modules
-
-    seen: dict[str, FeatureModule] = {}
-    for module in [*api_modules(), *worker_modules(), queue_cli]:
-        seen.setdefault(module.name, module)
-    return list(seen.values())
 
 
 def create_app() -> Litestar:

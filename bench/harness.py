@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.testing.deliveries import generate_whsec
 from bench import phase_crons, phase_drain, phase_intake, phase_pipeline
 from bench.jobs import CREATE_ITEM_TABLE, BenchItem, BenchPingJob, ready_key
@@ -162,7 +163,7 @@ class Run:
                 "LOG_FORMAT": "json",
                 "LOG_LEVEL": "info",
             }
-            self.resources = Resources.open(load_settings(self.env))
+            self.resources = open_resources(load_settings(self.env), ())
             resources_opened = True
             yield
         finally:

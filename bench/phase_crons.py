@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.webhooks import maintenance
+from app.webhooks.inbox import repository
 from bench.measures import percentile
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ async def crons(run: Run) -> None:
 @contextlib.contextmanager
 def _timed_statements(durations: list[float]) -> Any:
     """Time each statement the inbox upkeep runs through ``driver_connection`` (one per retention batch)."""
-    original = maintenance.driver_connection
+    original = repository.driver_connection
 
     class Timed:
         def __init__(self, connection: Any) -> None:
@@ -120,8 +121,8 @@ def _timed_statements(durations: list[float]) -> Any:
         async with original(db) as connection:
             yield Timed(connection)
 
-    maintenance.driver_connection = timed_connection
+    repository.driver_connection = timed_connection
     try:
         yield
     finally:
-        maintenance.driver_connection = original
+        repository.driver_connection = original

@@ -91,7 +91,7 @@ class Processes:
         return base_url, managed
 
     def start_worker(self, name: str, env: Mapping[str, str], extra: list[str]) -> Managed:
-        command = [sys.executable, "-m", "app.worker", "--queues", "webhook-queue", *extra]
+        command = [sys.executable, "-m", "app.testing.worker", "--queues", "webhook-queue", *extra]
         return self.start("worker", name, command, env)
 
     def _wait_listening(self, managed: Managed, base_url: str, timeout: float = 60.0) -> None:

@@ -23,6 +23,7 @@ from alembic import command
 from app.core.db import metadata
 from app.core.resources import Resources
 from app.core.settings import Settings, load_settings
+from app.runtime import all_models, open_resources
 from app.testing.deliveries import generate_whsec
 from tests.stubs.sentry_ingest import SentryIngestStub
 
@@ -116,6 +117,7 @@ async def _clean_state(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Empty every table before a test that uses the database; drop the test's Redis keys after."""
     if "database_url" in request.fixturenames:
         url: str = request.getfixturevalue("database_url")
+        all_models()  # every module's tables are in ``metadata``
         tables = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
         connection = await asyncpg.connect(_admin_dsn(url))
         try:
@@ -145,7 +147,7 @@ async def _drop_redis_keys(url: str, namespace: str) -> None:
 
 @pytest.fixture
 async def resources(settings: Settings) -> AsyncIterator[Resources]:
-    opened = Resources.open(settings)
+    opened = open_resources(settings, ())
     yield opened
     await opened.close()
 

@@ -179,7 +179,7 @@ async def worker_starter(settings_env: Mapping[str, str], *default_args: str) ->
     async def start(*args: str, wait: str | None = "Worker serving", **env: str) -> WorkerProc:
         log_path = log_dir / f"worker-{len(started)}.log"
         full_env = child_env({**settings_env, "LOG_FORMAT": "json", "WORKER_SHUTDOWN_GRACE_SECONDS": "10", **env})
-        command = [sys.executable, "-m", "app.worker", *default_args, *args]
+        command = [sys.executable, "-m", "app.testing.worker", *default_args, *args]
         worker = WorkerProc(_spawn_logged(command, full_env, log_path), log_path)
         started.append(worker)
         if wait:

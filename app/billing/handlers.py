@@ -8,14 +8,14 @@ answer is current. The write commits with the event's ``processed_at``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from app.billing.jobs import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror, sync_refunds_of_charge
 from app.billing.stripe_gateway import stripe_gateway
 from app.queue.errors import PermanentError
-from app.webhooks.handlers import WebhookContext
+from app.webhooks.handlers import EventRoutes, WebhookContext
 
 logger = logging.getLogger(__name__)
 
@@ -76,24 +76,16 @@ async def _fraud_warning_changed(context: WebhookContext) -> None:
     await sync_mirror(context.session, stripe_gateway(context.resources), "early_fraud_warning", warning_id)
 
 
-# (exact type, or prefix ending in "."), handler: SPEC section 10's list, matched in order.
-_ROUTES: list[tuple[str, Callable[[WebhookContext], Awaitable[None]]]] = [
-    ("checkout.session.completed", _checkout_completed),
-    ("customer.subscription.", _customer_changed),
-    ("invoice.paid", _customer_changed),
-    ("invoice.payment_failed", _customer_changed),
-    ("charge.dispute.", _dispute_changed),
-    ("charge.refunded", _charge_refunded),
-    ("refund.", _refund_changed),
-    ("radar.early_fraud_warning.", _fraud_warning_changed),
-]
-
-
-async def handle_stripe_event(context: WebhookContext) -> None:
-    """Route one Stripe event to its sync, in the pipeline's transaction."""
-    event_type = context.event.type
-    for pattern, handler in _ROUTES:
-        if event_type == pattern or (pattern.endswith(".") and event_type.startswith(pattern)):
-            await handler(context)
-            return
-    logger.info("Stripe %s event %s: not a billing event, nothing to sync.", event_type, context.event.event_id)
+# SPEC section 10's list: the Stripe events billing handles, and so the ones the intake stores.
+STRIPE_EVENTS = EventRoutes(
+    {
+        "checkout.session.completed": _checkout_completed,
+        "customer.subscription.*": _customer_changed,
+        "invoice.paid": _customer_changed,
+        "invoice.payment_failed": _customer_changed,
+        "charge.dispute.*": _dispute_changed,
+        "charge.refunded": _charge_refunded,
+        "refund.*": _refund_changed,
+        "radar.early_fraud_warning.*": _fraud_warning_changed,
+    }
+)

@@ -1,31 +1,58 @@
-"""Plumbing for synchronous CLI commands that need the database and the queue."""
+"""Plumbing for synchronous CLI commands that need the database and the queue.
+
+A command group is a :class:`LitestarGroup`, so each command can ask for the
+``app`` Litestar builds for the CLI; the composition root leaves on
+``app.state.runtime`` what opens the resources a command uses (the worker's
+modules: their jobs, crons and handlers). Nothing here knows those modules.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from app.core.errors import exit_on_settings_error
-from app.core.logging import configure_logging
+import click
+from litestar import Litestar
+from litestar.cli._utils import LitestarGroup
+
+from app.core.module import FeatureModule
 from app.core.resources import Resources
-from app.core.sentry import flush_sentry, init_sentry
-from app.core.settings import get_settings
+from app.core.sentry import flush_sentry
+from app.core.settings import Settings
+
+__all__ = ["CommandRuntime", "command_group", "command_runtime", "run_with_resources"]
 
 T = TypeVar("T")
 
 
-def run_with_resources(work: Callable[[Resources], Awaitable[T]]) -> T:
-    """Open the same resources the worker uses (its modules' jobs and handlers), run, close."""
-    from app.worker.modules import worker_modules
+class CommandRuntime(Protocol):
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def worker_modules(self) -> Sequence[FeatureModule]: ...
 
-    with exit_on_settings_error():
-        settings = get_settings()
-    configure_logging(settings)
-    init_sentry(settings, "cli")
+    def open_for_command(self) -> Resources:
+        """Resources as the worker opens them (few connections), not yet connected."""
+        ...
+
+
+def command_group(name: str, help: str) -> Callable[[Callable[..., Any]], click.Group]:
+    """``@click.group`` whose commands can take ``app: Litestar`` (Litestar injects it)."""
+    return click.group(name=name, help=help, cls=LitestarGroup)
+
+
+def command_runtime(app: Litestar) -> CommandRuntime:
+    runtime: CommandRuntime = app.state.runtime
+    return runtime
+
+
+def run_with_resources(app: Litestar, work: Callable[[Resources], Awaitable[T]]) -> T:
+    """Open the resources the worker uses, run ``work``, close them; Sentry flushed on the way out."""
+    runtime = command_runtime(app)
 
     async def main() -> T:
-        resources = Resources.open(settings, pool_size=2, modules=worker_modules())
+        resources = runtime.open_for_command()
         try:
             return await work(resources)
         finally:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import asyncpg
 from advanced_alchemy.base import IdentityBase, orm_registry
 from advanced_alchemy.extensions.litestar import (
     AlembicAsyncConfig,
@@ -14,11 +17,19 @@ from advanced_alchemy.extensions.litestar import (
     SQLAlchemyAsyncConfig,
 )
 from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.settings import Settings
 
-__all__ = ["Base", "Database", "make_sqlalchemy_config", "metadata"]
+__all__ = [
+    "Base",
+    "Database",
+    "connection_is_dead",
+    "discard_if_dead",
+    "driver_connection",
+    "make_sqlalchemy_config",
+    "metadata",
+]
 
 # Every model derives from this base (BIGINT identity primary key, snake_case
 # table names derived from the class name).
@@ -89,3 +100,52 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+@asynccontextmanager
+async def driver_connection(db: Database) -> AsyncIterator[Any]:
+    """An asyncpg connection checked out of the shared pool, in autocommit (no BEGIN).
+
+    A pooled DBAPI connection (``AsyncEngine.raw_connection``) rather than an
+    ``AsyncConnection``: no transaction object, two greenlet hops fewer and no
+    shielded close task, about 50 us less CPU per checkout on the intake path.
+    It goes back to the pool synchronously, so a cancellation cannot strand it.
+    """
+    pooled = await db.engine.raw_connection()
+    try:
+        yield pooled.driver_connection
+    except BaseException as exc:
+        # Cancelled mid-statement, the protocol state is unknown: drop it too.
+        if connection_is_dead(pooled.driver_connection, exc) or isinstance(exc, asyncio.CancelledError):
+            pooled.invalidate()  # outside a greenlet SQLAlchemy terminates it at once
+        raise
+    finally:
+        pooled.close()  # back to the pool; nothing to roll back, no statement ran through SQLAlchemy
+
+
+# Errors after which a driver connection cannot serve another statement. A killed
+# backend sends its FATAL message before the socket closes: in between, asyncpg
+# is not yet closed but refuses every statement with an InternalClientError.
+_CONNECTION_FAULTS = (
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    OSError,
+)
+
+
+def connection_is_dead(driver: Any, error: BaseException | None) -> bool:
+    """Whether a connection that raised ``error`` under a driver call must leave the pool.
+
+    SQLAlchemy never sees errors raised by the driver connection itself, so it
+    cannot tell the connection is dead (Postgres restarted, backend killed): it
+    would go back to the pool and fail every later request that draws it.
+    """
+    return bool(driver.is_closed()) or isinstance(error, _CONNECTION_FAULTS)
+
+
+async def discard_if_dead(connection: AsyncConnection, driver: Any, error: BaseException | None) -> None:
+    """Invalidate an ``AsyncConnection`` whose driver connection died (see ``connection_is_dead``)."""
+    if connection_is_dead(driver, error):
+        await connection.invalidate()

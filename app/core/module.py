@@ -1,7 +1,9 @@
 """What a feature module exposes: one ``MODULE`` object per feature package.
 
-The API mounts the controllers of the modules its factory lists; the worker
-loads the jobs and crons of the modules listed in ``app/worker/modules.py``.
+The lists of modules the API and the worker load are in ``app/runtime.py``,
+the one place that knows them: the API mounts the routes of its modules, the
+worker runs the jobs, crons and webhook handlers of its own, the CLI offers the
+command groups of both, and Alembic sees the models of both.
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ import click
 class FeatureModule:
     name: str
     route_handlers: Sequence[Any] = ()
-    # API only: ``route_factory(resources)`` returns route handlers that depend on the settings
+    """Controllers and route handlers the API mounts."""
+
     route_factory: Callable[[Any], Sequence[Any]] | None = None
+    """API only: ``route_factory(resources)`` returns route handlers that depend on the settings."""
+
     jobs: Sequence[type[Any]] = ()
     crons: Sequence[type[Any]] = ()
     cli_groups: Sequence[click.Group] = ()
-    # provider name -> async handler(context) of the webhook events that module owns
+
     webhook_handlers: Mapping[str, Any] = field(default_factory=dict)
-    # API only: ``lifespan(app_state, resources)``, an async context manager run while the app serves
+    """Provider name -> the handler of the events of that provider this module owns (``app.webhooks.handlers``)."""
+
+    models: Sequence[type[Any]] = ()
+    """Its SQLAlchemy models: listing them here is what makes Alembic and the tests see their tables."""
+
     lifespan: Callable[[Any, Any], AbstractAsyncContextManager[None]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    """API only: ``lifespan(app_state, resources)``, an async context manager run while the app serves."""

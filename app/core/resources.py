@@ -1,24 +1,84 @@
-"""Shared connections of one process: the API, the worker and the commands build the same set."""
+"""Shared connections of one process, and the queue interface they carry.
+
+The composition root (``app/runtime.py``) builds them, the same set for the
+API, the worker and the commands; nothing here knows the queue's drivers or
+the feature modules. :class:`MessageQueue` is the interface jobs are queued
+through (arq in production, sync in tests), declared here so that every
+layer above can use it without knowing who implements it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any, Literal, Protocol
 
 from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database
 from app.core.module import FeatureModule
-from app.core.redis import make_redis
 from app.core.settings import Settings
 
-if TYPE_CHECKING:
-    from app.queue.protocol import MessageQueue
+JobState = Literal["queued", "deferred", "in_progress", "absent"]
+
+
+class MessageQueue(Protocol):
+    """Jobs are queued by class (``app.queue.job.Job``), never by name."""
+
+    async def add(
+        self,
+        job_cls: type[Any],
+        data: Any,
+        *,
+        retry_limit: int | None = None,
+        delay: timedelta | None = None,
+        deduplication_id: str | None = None,
+        session: AsyncSession | None = None,
+    ) -> str | None:
+        """Queue a job; ``None`` when a job with that deduplication id waits, runs or retries.
+
+        Never waits more than about a second on an unreachable Redis: raises
+        ``QueueUnavailableError`` instead.
+
+        With ``session``: stage the job in that session's transaction instead
+        (``app.queue.outbox``; no Redis call). It is queued only if the
+        transaction commits, and even if this process dies right after the
+        commit: a worker relays it within about a second, or the committing
+        code at once with :meth:`relay_outbox`. Returns the job's id; whether
+        a job with that deduplication id already waits is decided when it is
+        relayed.
+        """
+        ...
+
+    async def add_many(self, job_cls: type[Any], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
+        """``add`` for several jobs of one class, given as (data, deduplication id): per job, its id or ``None``.
+
+        One round trip to Redis instead of one per job (the recovery cron queues pages of events).
+        """
+        ...
+
+    async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
+        """Queue committed staged jobs and delete their rows; returns how many rows were relayed.
+
+        With ``session``, after its commit: the jobs that session staged (the
+        webhook pipeline does this, so its follow-up jobs start at once).
+        Without: the oldest staged jobs, a batch at a time (every worker's
+        relay loop). Raises ``QueueUnavailableError`` when Redis does not take
+        them; the rows stay for the next round.
+        """
+        ...
+
+    async def state(self, deduplication_id: str) -> JobState: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass
 class Resources:
+    """``modules``: the feature modules loaded in this process (whose jobs and webhook handlers it can run)."""
+
     settings: Settings
     db: Database
     redis: Redis
@@ -30,33 +90,6 @@ class Resources:
 
     def add_closer(self, close: Callable[[], Awaitable[None]]) -> None:
         self._closers.append(close)
-
-    @classmethod
-    def open(
-        cls,
-        settings: Settings,
-        *,
-        pool_size: int = 10,
-        modules: Sequence[FeatureModule] = (),
-        statement_timeout_seconds: float | None = None,
-    ) -> Resources:
-        """Build without connecting: connections are made on first use.
-
-        ``modules`` are the feature modules loaded in this process: their job
-        classes and webhook handlers are the ones this process can run.
-        """
-        from app.queue.drivers import create_message_queue
-
-        resources = cls(
-            settings=settings,
-            db=Database.from_settings(
-                settings, pool_size=pool_size, statement_timeout_seconds=statement_timeout_seconds
-            ),
-            redis=make_redis(settings.require_redis_url()),
-            modules=tuple(modules),
-        )
-        resources.queue = create_message_queue(resources)
-        return resources
 
     async def close(self) -> None:
         for close in reversed(self._closers):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 import sentry_sdk
 from sentry_sdk.crons import capture_checkin as sentry_capture_checkin
@@ -23,7 +23,6 @@ from sentry_sdk.types import Breadcrumb, BreadcrumbHint, Event, Hint, MonitorCon
 from sentry_sdk.utils import BadDsn, Dsn
 
 from app.core.redaction import SecretScrubber
-from app.core.settings import Settings
 
 logger = logging.getLogger(__name__)
 Component = Literal["api", "worker", "cli"]
@@ -33,7 +32,17 @@ SENSITIVE_HEADERS = frozenset(
 )
 
 
-def init_sentry(settings: Settings, component: Component) -> bool:
+class SentrySettings(Protocol):
+    """What Sentry's set-up reads of the settings (a protocol: the settings module itself uses this one)."""
+
+    @property
+    def sentry_dsn(self) -> str | None: ...
+    @property
+    def app_env(self) -> str: ...
+    def secret_values(self) -> tuple[str, ...]: ...
+
+
+def init_sentry(settings: SentrySettings, component: Component) -> bool:
     """Start Sentry when ``SENTRY_DSN`` is set; returns whether it is on."""
     if not settings.sentry_dsn:
         return False

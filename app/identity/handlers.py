@@ -24,7 +24,7 @@ from app.identity.services import (
     ensure_row,
 )
 from app.queue.errors import PermanentError
-from app.webhooks.handlers import WebhookContext
+from app.webhooks.handlers import EventRoutes, WebhookContext
 
 logger = logging.getLogger(__name__)
 
@@ -120,18 +120,22 @@ async def _reassign_seats(context: WebhookContext, workspace_id: int) -> None:
         )
 
 
-_HANDLERS: dict[str, Callable[[WebhookContext, str], Awaitable[None]]] = {
-    "user": _user,
-    "organization": _organization,
-    "organizationMembership": _membership,
-}
+def _by_action(apply: Callable[[WebhookContext, str], Awaitable[None]]) -> Callable[[WebhookContext], Awaitable[None]]:
+    async def handle(context: WebhookContext) -> None:
+        action = context.event.type.partition(".")[2]
+        if action not in ("created", "updated", "deleted"):
+            logger.info("Clerk %s event %s: nothing to apply.", context.event.type, context.event.event_id)
+            return
+        await apply(context, action)
+
+    return handle
 
 
-async def handle_clerk_event(context: WebhookContext) -> None:
-    """Apply one Clerk event in the pipeline's transaction (committed with the event's ``processed_at``)."""
-    kind, _, action = context.event.type.partition(".")
-    handler = _HANDLERS.get(kind)
-    if handler is None or action not in ("created", "updated", "deleted"):
-        logger.info("Clerk %s event %s: nothing to apply.", context.event.type, context.event.event_id)
-        return
-    await handler(context, action)
+# SPEC section 11's list: the Clerk events identity handles, and so the ones the intake stores.
+CLERK_EVENTS = EventRoutes(
+    {
+        "user.*": _by_action(_user),
+        "organization.*": _by_action(_organization),
+        "organizationMembership.*": _by_action(_membership),
+    }
+)

@@ -15,29 +15,20 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from croniter import croniter
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
+from app.core.db import Database
 from app.core.sentry import capture_checkin
-from app.core.settings import check_cron_pattern
+from app.core.settings import Settings
 from app.queue.job import CronJob, CronTick
 from app.queue.models import CronRun
 
-if TYPE_CHECKING:
-    from app.core.resources import Resources
-    from app.core.settings import Settings
-
-logger = logging.getLogger("app.queue.crons")
+logger = logging.getLogger(__name__)
 ERROR_TEXT_LIMIT = 2000
-
-
-def cron_pattern(cron_cls: type[CronJob], settings: Settings) -> str:
-    """The class's pattern, checked again: ``schedule()`` may build it from settings."""
-    return check_cron_pattern(f"{cron_cls.name()} schedule", cron_cls.schedule(settings))
 
 
 def latest_tick(pattern: str, now: datetime) -> datetime:
@@ -50,8 +41,9 @@ def next_tick(pattern: str, now: datetime) -> datetime:
     return croniter(pattern, now.astimezone(UTC)).get_next(datetime)
 
 
-def cron_job_id(name: str, slot: datetime) -> str:
-    return f"cron:{name}:{slot.astimezone(UTC).isoformat()}"
+def cron_job_id(name: str, slot: datetime, *, manual: bool = False) -> str:
+    """The deduplication id of one tick: every worker's scheduler queues the same one."""
+    return f"cron:{name}:{'manual:' if manual else ''}{slot.astimezone(UTC).isoformat()}"
 
 
 class Clock(Protocol):
@@ -63,31 +55,45 @@ class SystemClock:
         return datetime.now(UTC)
 
 
-class FileClock:
-    """For tests only: the time is the ISO timestamp written in a file, so a test moves it at will."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def now(self) -> datetime:
-        try:
-            value = datetime.fromisoformat(self.path.read_text().strip())
-        except (OSError, ValueError):
-            return datetime.now(UTC)
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-async def last_slots(resources: Resources, names: list[str]) -> dict[str, datetime]:
+async def last_slots(db: Database, names: list[str]) -> dict[str, datetime]:
     """The latest tick each cron has run (or tried), by name."""
-    async with resources.db.session() as session:
+    async with db.session() as session:
         rows = await session.execute(
             select(CronRun.name, func.max(CronRun.slot)).where(CronRun.name.in_(names)).group_by(CronRun.name)
         )
         return {name: slot for name, slot in rows.all()}
 
 
+async def latest_runs(db: Database, names: list[str]) -> dict[str, CronRun]:
+    """Each cron's latest tick (the row: slot, started, finished, error), by name."""
+    async with db.session() as session:
+        rows = await session.scalars(
+            select(CronRun)
+            .where(CronRun.name.in_(names))
+            .order_by(CronRun.name, CronRun.slot.desc())
+            .distinct(CronRun.name)
+        )
+        return {row.name: row for row in rows}
+
+
+def describe_run(run: CronRun) -> str:
+    tick = f"{run.slot:%Y-%m-%d %H:%M} UTC"
+    if run.finished_at is None:
+        return f"{tick}, running or retrying" + (f" (last error: {run.error})" if run.error else "")
+    return f"{tick}, failed: {run.error}" if run.error else f"{tick}, ok"
+
+
+async def last_runs(db: Database, names: list[str]) -> dict[str, str]:
+    """Each cron's latest tick, described for an operator; the database's error if it cannot be read."""
+    try:
+        return {name: describe_run(run) for name, run in (await latest_runs(db, names)).items()}
+    except Exception as exc:
+        return dict.fromkeys(names, f"unknown (database: {type(exc).__name__}: {exc})")
+
+
 async def run_cron_tick(
-    resources: Resources,
+    db: Database,
+    settings: Settings,
     cron_cls: type[CronJob],
     tick: CronTick,
     body: Callable[[], Awaitable[None]],
@@ -95,14 +101,14 @@ async def run_cron_tick(
 ) -> None:
     """Run ``body`` for one tick unless that tick already finished or runs elsewhere."""
     name = cron_cls.name()
-    async with resources.db.session() as session:
+    async with db.session() as session:
         stmt = insert(CronRun).values(name=name, slot=tick.slot).on_conflict_do_nothing()
         await session.execute(stmt)
         await session.commit()
     failure: Exception | None = None
     # The row lock, held in this session while the body runs, is the live run's
     # claim: if this process dies, Postgres drops it and the tick is free again.
-    async with resources.db.session() as lock, lock.begin():
+    async with db.session() as lock, lock.begin():
         row = (
             await lock.execute(
                 select(CronRun.id, CronRun.finished_at)
@@ -116,7 +122,7 @@ async def run_cron_tick(
         if row.finished_at is not None:
             logger.info("Cron %s tick %s already ran (finished %s): skipped.", name, tick.slot, row.finished_at)
             return
-        checkin = _CheckIn(resources.settings, cron_cls)
+        checkin = _CheckIn(settings, cron_cls)
         try:
             await body()
         except Exception as exc:

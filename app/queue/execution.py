@@ -102,7 +102,7 @@ async def _run_body(context: JobContext, job_cls: type[Job[Any]], raw: Any, is_f
             raise JobTimeoutError(f"{name} did not finish within its timeout of {timeout} s.") from exc
 
     if isinstance(job, CronJob) and isinstance(data, CronTick):
-        await run_cron_tick(context.resources, type(job), data, body, is_final)
+        await run_cron_tick(context.resources.db, context.resources.settings, type(job), data, body, is_final)
     else:
         await body()
 

@@ -4,6 +4,11 @@ A job is a class: its name is the class name, its queue is a class attribute,
 its data is a typed structure (msgspec Struct or dataclass) validated when the
 job is read back, and ``handle(data)`` does the work. Dependencies arrive in
 the :class:`JobContext` the worker (or the sync driver) builds.
+
+Retries are declared once, as class attributes (``retry_limit``,
+``backoff_base_seconds``, ``backoff_cap_seconds``, ``timeout_seconds``); a
+value may name a setting instead (``FromSetting("webhook_retry_limit")``), and
+``add(..., retry_limit=...)`` overrides the limit for one job.
 """
 
 from __future__ import annotations
@@ -11,15 +16,14 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
+from app.core import setting_types
+from app.core.resources import Resources
+from app.core.settings import Settings
 from app.queue.queues import QueueName
-
-if TYPE_CHECKING:
-    from app.core.resources import Resources
-    from app.core.settings import Settings
 
 DataT = TypeVar("DataT")
 
@@ -27,6 +31,16 @@ DEFAULT_RETRY_LIMIT = 5
 DEFAULT_BACKOFF_BASE_SECONDS = 5.0
 DEFAULT_BACKOFF_CAP_SECONDS = 3600.0
 DEFAULT_TIMEOUT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class FromSetting:
+    """A class attribute read from a setting when the job runs (e.g. ``FromSetting("webhook_retry_limit")``)."""
+
+    field: str
+
+    def resolve(self, settings: Settings) -> Any:
+        return getattr(settings, self.field)
 
 
 @dataclass(frozen=True)
@@ -48,14 +62,18 @@ class JobContext:
     queue_name: str
 
 
+def _value(value: Any, settings: Settings) -> Any:
+    return value.resolve(settings) if isinstance(value, FromSetting) else value
+
+
 class Job(Generic[DataT]):
     """Base of every job. Subclass as ``class MyJob(Job[MyJobData])`` and set ``queue``."""
 
     queue: ClassVar[QueueName] = QueueName.DEFAULT
-    retry_limit: ClassVar[int] = DEFAULT_RETRY_LIMIT
-    backoff_base_seconds: ClassVar[float] = DEFAULT_BACKOFF_BASE_SECONDS
-    backoff_cap_seconds: ClassVar[float] = DEFAULT_BACKOFF_CAP_SECONDS
-    timeout_seconds: ClassVar[int] = DEFAULT_TIMEOUT_SECONDS
+    retry_limit: ClassVar[int | FromSetting] = DEFAULT_RETRY_LIMIT
+    backoff_base_seconds: ClassVar[float | FromSetting] = DEFAULT_BACKOFF_BASE_SECONDS
+    backoff_cap_seconds: ClassVar[float | FromSetting] = DEFAULT_BACKOFF_CAP_SECONDS
+    timeout_seconds: ClassVar[int | FromSetting] = DEFAULT_TIMEOUT_SECONDS
     data_type: ClassVar[type[Any]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -76,8 +94,13 @@ class Job(Generic[DataT]):
 
     @classmethod
     def retry_policy(cls, settings: Settings) -> RetryPolicy:
-        """Override to read the policy from settings (the webhook job does)."""
-        return RetryPolicy(cls.retry_limit, cls.backoff_base_seconds, cls.backoff_cap_seconds, cls.timeout_seconds)
+        """The class attributes, with settings read where they name one."""
+        return RetryPolicy(
+            retry_limit=_value(cls.retry_limit, settings),
+            backoff_base_seconds=_value(cls.backoff_base_seconds, settings),
+            backoff_cap_seconds=_value(cls.backoff_cap_seconds, settings),
+            timeout_seconds=_value(cls.timeout_seconds, settings),
+        )
 
     @classmethod
     def encode_data(cls, data: DataT) -> Any:
@@ -101,25 +124,24 @@ class CronTick(msgspec.Struct, frozen=True):
 
 
 class CronJob(Job[CronTick]):
-    """A job run on a 5-field cron pattern read in UTC: set ``pattern``, or override ``schedule``.
+    """A job run on a 5-field cron pattern read in UTC: set ``pattern``, or ``pattern = FromSetting(...)``.
 
-    A pattern set on the class is checked when the class is defined (at import), so
-    a typo fails the worker's start, not the first tick. A ``schedule`` that reads
-    settings is checked when the worker starts.
+    A pattern written on the class is checked when the class is defined (at
+    import), so a typo fails the start, not the first tick; one read from a
+    setting is checked with the settings.
     """
 
     queue: ClassVar[QueueName] = QueueName.CRON
-    pattern: ClassVar[str]
+    pattern: ClassVar[str | FromSetting]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        from app.core.settings import check_cron_pattern
-
-        if "pattern" in cls.__dict__:
-            check_cron_pattern(f"{cls.__name__}.pattern", cls.pattern)
-        elif not hasattr(cls, "pattern") and cls.schedule.__func__ is CronJob.schedule.__func__:  # type: ignore[attr-defined]
-            raise TypeError(f'{cls.__name__} must set `pattern = "<5-field cron>"` or override `schedule()`.')
+        if not hasattr(cls, "pattern"):
+            raise TypeError(f'{cls.__name__} must set `pattern = "<5-field cron>"` or `pattern = FromSetting(...)`.')
+        if "pattern" in cls.__dict__ and isinstance(cls.pattern, str):
+            setting_types.cron_pattern(f"{cls.__name__}.pattern", cls.pattern)
 
     @classmethod
     def schedule(cls, settings: Settings) -> str:
-        return cls.pattern
+        """The pattern to run on (already checked, with the class or with the settings)."""
+        return str(_value(cls.pattern, settings))

@@ -38,7 +38,7 @@ from app.queue.models import JobOutbox
 
 if TYPE_CHECKING:
     from app.core.db import Database
-    from app.queue.protocol import MessageQueue
+    from app.core.resources import MessageQueue
 
 logger = logging.getLogger("app.queue.outbox")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,15 +47,3 @@ class JobRegistry:
 
     def jobs_on(self, queue: str) -> list[type[Job[Any]]]:
         return [job_cls for job_cls in self.jobs.values() if job_cls.queue == queue]
-
-
-def import_module_object(path: str) -> FeatureModule:
-    """``package.module:NAME`` (``NAME`` defaults to ``MODULE``) to the feature module it names."""
-    module_path, _, attribute = path.partition(":")
-    try:
-        value = getattr(importlib.import_module(module_path), attribute or "MODULE")
-    except (ImportError, AttributeError) as exc:
-        raise SettingsError(f"--module {path!r} cannot be loaded ({exc}): use package.module:MODULE.") from None
-    if not isinstance(value, FeatureModule):
-        raise SettingsError(f"--module {path!r} is a {type(value).__name__}, not a FeatureModule.")
-    return value

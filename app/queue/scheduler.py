@@ -12,30 +12,32 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from app.queue.crons import Clock, SystemClock, cron_job_id, cron_pattern, last_slots, latest_tick
+from app.core.db import Database
+from app.core.resources import MessageQueue
+from app.core.settings import Settings
+from app.queue.crons import Clock, SystemClock, cron_job_id, last_slots, latest_tick
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import CronJob, CronTick
 
-if TYPE_CHECKING:
-    from app.core.resources import Resources
-
-logger = logging.getLogger("app.queue.scheduler")
+logger = logging.getLogger(__name__)
 RETRY_START_SECONDS = 5.0
 
 
 class CronScheduler:
     def __init__(
         self,
-        resources: Resources,
+        queue: MessageQueue,
+        db: Database,
+        settings: Settings,
         crons: list[type[CronJob]],
         *,
         clock: Clock | None = None,
         interval_seconds: float = 0.5,
     ) -> None:
-        self.resources = resources
-        self.patterns = {cron.name(): (cron, cron_pattern(cron, resources.settings)) for cron in crons}
+        self.queue = queue
+        self.db = db
+        self.patterns = {cron.name(): (cron, cron.schedule(settings)) for cron in crons}
         self.clock = clock or SystemClock()
         self.interval = interval_seconds
         self.queued_up_to: dict[str, datetime] = {}
@@ -60,7 +62,7 @@ class CronScheduler:
     async def _start(self) -> bool:
         while not self._stopped.is_set():
             try:
-                ran = await last_slots(self.resources, list(self.patterns))
+                ran = await last_slots(self.db, list(self.patterns))
                 break
             except Exception as exc:
                 logger.warning(
@@ -97,9 +99,7 @@ class CronScheduler:
     async def _enqueue(self, cron_cls: type[CronJob], slot: datetime) -> bool:
         name = cron_cls.name()
         try:
-            job_id = await self.resources.queue.add(
-                cron_cls, CronTick(slot=slot), deduplication_id=cron_job_id(name, slot)
-            )
+            job_id = await self.queue.add(cron_cls, CronTick(slot=slot), deduplication_id=cron_job_id(name, slot))
         except QueueUnavailableError as exc:
             if not self._queue_down:
                 logger.warning("Cron %s tick %s not queued yet: %s Retrying.", name, slot, exc)

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import httpx
-from sqlalchemy import select
 
 from app.core.db import Database
 from app.core.resources import Resources
 from app.testing.deliveries import Delivery
-from app.webhooks.inbox import store_event
-from app.webhooks.models import WebhookEvent
+from app.webhooks.inbox import Inbox
+from app.webhooks.payload import decode_payload, encode_for_inbox
 from app.webhooks.processing import process_event
+from app.webhooks.verification import VerifiedEvent
 
 __all__ = ["DeliveryTimeoutError", "InboxRow", "deliver_and_wait", "process_delivery", "provider_of", "read_inbox_row"]
 
@@ -61,10 +61,8 @@ def provider_of(delivery: Delivery) -> str:
 
 
 async def read_inbox_row(db: Database, provider: str, event_id: str) -> InboxRow | None:
-    async with db.session() as session:
-        row = await session.scalar(
-            select(WebhookEvent).where(WebhookEvent.provider == provider, WebhookEvent.event_id == event_id)
-        )
+    found = await Inbox(db).find(event_id, provider)
+    row = next((record for record in found if record.event_id == event_id), None)
     if row is None:
         return None
     return InboxRow(
@@ -85,7 +83,7 @@ def _describe(row: InboxRow | None) -> str:
     if row.abandoned_at is not None:
         return f"it was set aside after {row.attempts} attempts; last error: {row.last_error}"
     if row.attempts == 0:
-        return "no attempt ran yet: is a worker running with the module that handles it (app/worker/modules.py)?"
+        return "no attempt ran yet: is a worker running with the module that handles it (app/runtime.py)?"
     return f"{row.attempts} attempt(s) failed so far; last error: {row.last_error}"
 
 
@@ -129,11 +127,13 @@ async def process_delivery(resources: Resources, delivery: Delivery, *, provider
     """Store the event as the intake does after verifying it, then run one processing attempt as a worker does.
 
     ``resources`` must be opened with the modules whose handlers should run
-    (``Resources.open(settings, modules=[...])``). The handler's exception is
+    (``open_resources(settings, [...])``). The handler's exception is
     raised, after the pipeline recorded it on the row; call again to retry.
     """
     provider = provider or provider_of(delivery)
-    stored = await store_event(resources.db, provider, delivery.event_id, delivery.event_type, delivery.body.decode())
+    event = VerifiedEvent.of(delivery.event_id, delivery.event_type, decode_payload(delivery.body))
+    text, _ = encode_for_inbox(event.payload, delivery.body)
+    stored = await Inbox(resources.db).store(provider, event.event_id, event.event_type, text)
     await process_event(resources, stored.row_id)
     row = await read_inbox_row(resources.db, provider, delivery.event_id)
     assert row is not None

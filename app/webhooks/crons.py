@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from app.core.settings import Settings
-from app.queue.job import CronJob, CronTick
+from app.queue.job import CronJob, CronTick, FromSetting
 from app.webhooks.maintenance import delete_old_processed, recover
 
 logger = logging.getLogger(__name__)
@@ -14,9 +13,7 @@ logger = logging.getLogger(__name__)
 class WebhookRecoveryCronJob(CronJob):
     """Queues stuck events again and sets aside those that used up their attempts."""
 
-    @classmethod
-    def schedule(cls, settings: Settings) -> str:
-        return settings.webhook_recovery_cron
+    pattern = FromSetting("webhook_recovery_cron")
 
     async def handle(self, data: CronTick) -> None:
         report = await recover(self.resources)
@@ -31,9 +28,7 @@ class WebhookRecoveryCronJob(CronJob):
 class WebhookRetentionCronJob(CronJob):
     """Deletes processed events older than WEBHOOK_EVENT_RETENTION_DAYS, in batches."""
 
-    @classmethod
-    def schedule(cls, settings: Settings) -> str:
-        return settings.webhook_retention_cron
+    pattern = FromSetting("webhook_retention_cron")
 
     async def handle(self, data: CronTick) -> None:
         deleted = await delete_old_processed(self.resources)

@@ -1,12 +1,16 @@
-"""What a provider's event handler receives, and how the worker finds the handler.
+"""What a provider's event handler receives, and how the intake and the worker find the handler.
 
 Handlers belong to the feature module that owns the data (billing for Stripe,
-identity for Clerk) and are declared in that module's ``MODULE.webhook_handlers``.
+identity for Clerk) and are declared in that module's ``MODULE.webhook_handlers``,
+as :class:`EventRoutes` (types to handlers). Those routes are the one list of
+the types handled: the intake stores an event only if a loaded module routes
+its type, and the worker runs the handler it routes to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,6 +21,8 @@ from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.queue.job import Job
 from app.webhooks.models import WebhookEvent
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,9 +71,50 @@ class WebhookContext:
 WebhookHandler = Callable[[WebhookContext], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class EventRoutes:
+    """Event types to handlers: exact types (``invoice.paid``) or prefixes written ``customer.subscription.*``.
+
+    An exact type wins over a prefix, and a longer prefix over a shorter one.
+    """
+
+    routes: Mapping[str, WebhookHandler]
+
+    def handler_for(self, event_type: str) -> WebhookHandler | None:
+        if event_type in self.routes:
+            return self.routes[event_type]
+        prefixes = [p for p in self.routes if p.endswith(".*") and event_type.startswith(p[:-1])]
+        return self.routes[max(prefixes, key=len)] if prefixes else None
+
+    def handles(self, event_type: str) -> bool:
+        return self.handler_for(event_type) is not None
+
+    async def __call__(self, context: WebhookContext) -> None:
+        handler = self.handler_for(context.event.type)
+        if handler is None:  # stored by an intake that loaded other modules: nothing here to do
+            logger.info(
+                "%s %s event %s: no handler, nothing to do.",
+                context.event.provider,
+                context.event.type,
+                context.event.event_id,
+            )
+            return
+        await handler(context)
+
+
 def find_handler(modules: Sequence[FeatureModule], provider: str) -> WebhookHandler | None:
     for module in modules:
         handler = module.webhook_handlers.get(provider)
         if handler is not None:
             return handler
     return None
+
+
+def handled_types(modules: Sequence[FeatureModule], provider: str) -> Callable[[str], bool]:
+    """Whether a loaded module handles an event type of ``provider`` (a plain handler function handles all)."""
+    handlers = [module.webhook_handlers[provider] for module in modules if provider in module.webhook_handlers]
+
+    def handles(event_type: str) -> bool:
+        return any(getattr(handler, "handles", lambda _: True)(event_type) for handler in handlers)
+
+    return handles

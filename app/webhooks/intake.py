@@ -9,13 +9,14 @@ the :class:`IntakeDecision` into an answer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from app.core.resources import Resources
 from app.webhooks.client_ip import rate_limit_key
 from app.webhooks.guards import VerifiedDelivery
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from app.webhooks.payload import encode_for_inbox
 from app.webhooks.providers.base import WebhookProvider
@@ -46,6 +47,8 @@ class WebhookIntake:
     """One provider's intake, built once at start-up."""
 
     provider: WebhookProvider
+    handles: Callable[[str], bool]
+    """Whether a loaded module handles an event type (``handled_types``); others are acknowledged and dropped."""
     limiter: SlidingWindowRateLimiter
     refusals: RefusalLog
     resources: Resources
@@ -57,7 +60,7 @@ class WebhookIntake:
             detail = f"over {self.limiter.limit} requests per minute."
             self.refusals.record(name, Refusal.RATE_LIMITED, delivery.client, detail)
             return IntakeDecision(IntakeOutcome.RATE_LIMITED, limit.retry_after)
-        if not self.provider.handles(event.event_type):
+        if not self.handles(event.event_type):
             return IntakeDecision(IntakeOutcome.IGNORED)
         text, nul_replaced = encode_for_inbox(event.payload, delivery.body)
         if nul_replaced:
@@ -67,7 +70,7 @@ class WebhookIntake:
                 event.event_id,
             )
         try:
-            stored = await store_event(self.resources.db, name, event.event_id, event.event_type, text)
+            stored = await Inbox(self.resources.db).store(name, event.event_id, event.event_type, text)
         except Exception as exc:
             logger.error("Could not store %s event %s: %s", name, event.event_id, exc, exc_info=exc)
             return IntakeDecision(IntakeOutcome.UNAVAILABLE)

@@ -6,9 +6,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from app.core.settings import Settings
-from app.queue.job import DEFAULT_BACKOFF_CAP_SECONDS, Job, RetryPolicy
-from app.queue.protocol import MessageQueue
+from app.core.resources import MessageQueue
+from app.queue.job import FromSetting, Job
 from app.queue.queues import QueueName
 from app.webhooks.processing import process_event
 
@@ -24,15 +23,9 @@ def deduplication_id(row_id: int) -> str:
 
 class ProcessWebhookEventJob(Job[ProcessWebhookEventData]):
     queue = QueueName.WEBHOOK
-
-    @classmethod
-    def retry_policy(cls, settings: Settings) -> RetryPolicy:
-        return RetryPolicy(
-            retry_limit=settings.webhook_retry_limit,
-            backoff_base_seconds=settings.webhook_retry_base_seconds,
-            backoff_cap_seconds=DEFAULT_BACKOFF_CAP_SECONDS,
-            timeout_seconds=settings.webhook_job_timeout_seconds,
-        )
+    retry_limit = FromSetting("webhook_retry_limit")
+    backoff_base_seconds = FromSetting("webhook_retry_base_seconds")
+    timeout_seconds = FromSetting("webhook_job_timeout_seconds")
 
     async def handle(self, data: ProcessWebhookEventData) -> None:
         await process_event(self.resources, data.event_row_id)

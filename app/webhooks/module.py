@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.asyncio import Redis
+
 from app.core.module import FeatureModule
-from app.core.redis import make_call_bounded_redis
+from app.core.redis import make_redis
 from app.core.resources import Resources
+from app.webhooks.cli import webhooks_group
 from app.webhooks.controllers import webhook_route
+from app.webhooks.crons import WebhookRecoveryCronJob, WebhookRetentionCronJob
+from app.webhooks.handlers import handled_types
 from app.webhooks.intake import WebhookIntake
+from app.webhooks.jobs import ProcessWebhookEventJob
+from app.webhooks.models import WebhookEvent
 from app.webhooks.providers import PROVIDERS, WebhookProvider
 from app.webhooks.rate_limit import SlidingWindowRateLimiter
 from app.webhooks.refusals import RefusalLog
@@ -22,7 +29,9 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
     def routes(resources: Resources) -> list[Any]:
         """One route per enabled provider; a provider switched off has none, so it answers 404."""
         settings = resources.settings
-        redis = make_call_bounded_redis(settings.require_redis_url(), connect_timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS)
+        redis: Redis = make_redis(
+            settings.require_redis_url(), timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS, per_command=False
+        )
         resources.add_closer(redis.aclose)
         limiter = SlidingWindowRateLimiter(
             redis,
@@ -37,13 +46,10 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
             if verifier is None:
                 continue
             guard = provider.guard(provider.name, verifier, trusted_proxies=settings.trusted_proxies, refusals=refusals)
-            intake = WebhookIntake(provider, limiter, refusals, resources)
+            handles = handled_types(resources.modules, provider.name)
+            intake = WebhookIntake(provider, handles, limiter, refusals, resources)
             handlers.append(webhook_route(intake, guard, settings.webhook_max_body_bytes))
         return handlers
-
-    from app.webhooks.cli import webhooks_group
-    from app.webhooks.crons import WebhookRecoveryCronJob, WebhookRetentionCronJob
-    from app.webhooks.jobs import ProcessWebhookEventJob
 
     return FeatureModule(
         name="webhooks",
@@ -51,6 +57,7 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
         jobs=[ProcessWebhookEventJob],
         crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob],
         cli_groups=[webhooks_group],
+        models=[WebhookEvent],
     )
 
 

@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core.resources import Resources
 from app.queue.errors import PermanentError, QueueUnavailableError
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.handlers import WebhookContext, find_handler
-from app.webhooks.inbox import event_lock_key
+from app.webhooks.inbox import Inbox
 from app.webhooks.models import WebhookEvent
 from app.webhooks.payload import PayloadError, decode_payload
 
@@ -48,49 +48,6 @@ _ERROR_MAX_CHARS = 4000
 IDLE_TIMEOUT = "30s"
 """Idle (in or out of a transaction) this long while holding an event's lock, a session is ended by Postgres."""
 
-_HOLD = "set_config('idle_session_timeout', $3, false), set_config('idle_in_transaction_session_timeout', $3, false)"
-_LET_GO = (
-    "set_config('idle_session_timeout', '0', false), set_config('idle_in_transaction_session_timeout', '0', false)"
-)
-
-# The claimed row comes back whole (its payload as text, decoded by us): the handler's event is built from it.
-# "coalesce(...) IS NULL" is "processed_at IS NULL AND abandoned_at IS NULL" in a form the planner cannot match
-# to the partial index of pending rows: it must find the row by its primary key, not by scanning every
-# pending row (without fresh statistics it did, and a backlog of N events cost O(N) per claim).
-_CLAIM = f"""
-WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($2) AS got),
-held AS MATERIALIZED (SELECT {_HOLD} FROM lock WHERE lock.got),
-counted AS (
-    UPDATE webhook_event SET attempts = attempts + 1
-    FROM lock
-    WHERE webhook_event.id = $1 AND lock.got
-      AND coalesce(webhook_event.processed_at, webhook_event.abandoned_at) IS NULL
-    RETURNING webhook_event.id, webhook_event.provider, webhook_event.event_id, webhook_event.type,
-              webhook_event.payload::text AS payload, webhook_event.received_at, webhook_event.attempts,
-              webhook_event.last_error
-)
-SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON true
-"""
-# Reading from `marked` makes the row update (and its row lock) happen before the unlock.
-_MARK_PROCESSED_AND_UNLOCK = text(
-    f"""
-WITH marked AS (
-    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id RETURNING id
-)
-SELECT pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT count(*) FROM marked) AS done
-"""
-)
-_RECORD_ERROR_AND_UNLOCK = f"""
-WITH recorded AS (UPDATE webhook_event SET last_error = $2 WHERE id = $1 RETURNING id)
-SELECT pg_advisory_unlock($3), {_LET_GO} FROM (SELECT count(*) FROM recorded) AS done
-"""
-_RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
-_SET_ASIDE = """
-UPDATE webhook_event SET abandoned_at = now(), last_error = $2
-WHERE id = $1 AND coalesce(processed_at, abandoned_at) IS NULL
-RETURNING provider, event_id, type, attempts, last_error
-"""
-_UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
 _CANCELLED = "Cancelled: the attempt hit its time limit or a shutdown"
 
 
@@ -104,7 +61,7 @@ async def process_event(resources: Resources, row_id: int) -> None:
     async with resources.db.engine.connect() as connection:
         driver: Any = (await connection.get_raw_connection()).driver_connection
         try:
-            claim = await driver.fetchrow(_CLAIM, row_id, event_lock_key(row_id), IDLE_TIMEOUT)
+            claim = await Inbox.claim(driver, row_id, IDLE_TIMEOUT)
         except BaseException:
             await connection.invalidate()  # the lock may be held: only dropping the connection is sure to free it
             raise
@@ -124,14 +81,13 @@ class _Attempt:
         self.connection = connection
         self.driver = driver
         self.row_id = row_id
-        self.lock_key = event_lock_key(row_id)
         self.locked = True
         self.committed: tuple[WebhookEvent, AsyncSession] | None = None
 
     async def run(self, claim: Any) -> None:
         if claim["attempts"] is None:
             logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", self.row_id)
-            await self._bookkeeping(_UNLOCK, self.lock_key, unlocks=True)
+            await self._bookkeeping(Inbox.unlock(self.driver, self.row_id), unlocks=True)
             return
         try:
             event = _event(claim)
@@ -148,12 +104,12 @@ class _Attempt:
         if handler is None:
             raise PermanentError(
                 f"No handler for {event.provider!r} webhook events in the loaded modules: "
-                "list the module that owns them in app/worker/modules.py."
+                "list the module that owns them in app/runtime.py (WORKER_MODULES)."
             )
         async with self.resources.db.sessionmaker(bind=self.connection) as session:
             context = WebhookContext(resources=self.resources, session=session, event=event)
             await handler(context)
-            await session.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": event.id, "lock_key": self.lock_key})
+            await Inbox.mark_processed_and_unlock(session, event.id)
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
         self.committed = (event, session)
@@ -189,15 +145,15 @@ class _Attempt:
         if permanent and self.locked:
             await self._set_aside(error)
         elif self.locked:
-            await self._bookkeeping(_RECORD_ERROR_AND_UNLOCK, self.row_id, error, self.lock_key, unlocks=True)
+            await self._bookkeeping(Inbox.record_error(self.driver, self.row_id, error, unlock=True), unlocks=True)
         else:
-            await self._bookkeeping(_RECORD_ERROR, self.row_id, error, unlocks=False)
+            await self._bookkeeping(Inbox.record_error(self.driver, self.row_id, error, unlock=False), unlocks=False)
 
     async def _set_aside(self, error: str) -> None:
         """Set aside and alert, committing only after the alert went out (a crash repeats it, never loses it)."""
         try:
             async with self.driver.transaction():
-                row = await self.driver.fetchrow(_SET_ASIDE, self.row_id, error)
+                row = await Inbox.set_aside_one(self.driver, self.row_id, error)
                 if row is not None:
                     alert_set_aside(row)
         except Exception:
@@ -209,12 +165,12 @@ class _Attempt:
         except asyncio.CancelledError:
             await self.connection.invalidate()
             raise
-        await self._bookkeeping(_UNLOCK, self.lock_key, unlocks=True)
+        await self._bookkeeping(Inbox.unlock(self.driver, self.row_id), unlocks=True)
 
-    async def _bookkeeping(self, statement: str, *args: Any, unlocks: bool) -> None:
+    async def _bookkeeping(self, statement: Awaitable[None], *, unlocks: bool) -> None:
         """One statement in autocommit; if it fails the connection is dropped, which releases the lock too."""
         try:
-            await self.driver.execute(statement, *args)
+            await statement
         except Exception:
             logger.warning("Could not record the attempt's outcome; dropping its connection.", exc_info=True)
             await self.connection.invalidate()

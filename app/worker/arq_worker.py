@@ -17,7 +17,7 @@ import structlog
 from arq.worker import Function, Worker, func
 
 from app.core.sentry import report_exception
-from app.queue.drivers import make_arq_redis, queue_key
+from app.queue.arq_driver import make_arq_redis, queue_key
 from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
@@ -72,7 +72,7 @@ def _unknown_job(name: str, queue: str) -> Function:
         ):
             exc = UnknownJobError(
                 f"Job {name} (id {ctx['job_id']}) was queued on {queue}, but no module this worker loads "
-                f"defines it: its module is not listed in app/worker/modules.py (worker_modules()). "
+                f"defines it: its module is not listed in app/runtime.py (WORKER_MODULES). "
                 "The job was dropped: list the module there, restart the workers and queue it again."
             )
             logger.error("%s", exc)

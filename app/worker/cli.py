@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import click
 
 from app.core.errors import exit_on_settings_error
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
-from app.core.resources import Resources
 from app.core.sentry import init_sentry
-from app.core.settings import SettingsError, load_settings
-from app.queue.cli import crons_group
-from app.queue.crons import FileClock, cron_pattern
+from app.core.settings import SettingsError, get_settings
+from app.queue.crons import Clock
 from app.queue.queues import QueueName
-from app.queue.registry import JobRegistry, import_module_object
-from app.worker.modules import worker_modules
+from app.queue.registry import JobRegistry
+from app.runtime import WORKER_MODULES, open_resources
 from app.worker.process import WorkerProcess
 
 
 def select_queues(registry: JobRegistry, option: str) -> list[str]:
     loaded = registry.queues()
     if not loaded:
-        raise SettingsError("No loaded module defines a job: list the feature modules in app/worker/modules.py.")
+        raise SettingsError(
+            "No loaded module defines a job: list the feature modules in app/runtime.py (WORKER_MODULES)."
+        )
     if not option.strip():
         return [str(queue) for queue in loaded]
     chosen: list[str] = []
@@ -35,26 +36,24 @@ def select_queues(registry: JobRegistry, option: str) -> list[str]:
         if name not in loaded:
             raise SettingsError(
                 f"--queues: no loaded job uses {name!r}; the loaded modules use {', '.join(loaded)}. "
-                "List the module that owns it in app/worker/modules.py."
+                "List the module that owns it in app/runtime.py (WORKER_MODULES)."
             )
         if name not in chosen:
             chosen.append(name)
     return chosen
 
 
-def run_worker(queues: str, modules: tuple[str, ...], burst: bool, fake_clock_file: str | None) -> int:
+def run_worker(
+    queues: str, burst: bool, *, extra_modules: Sequence[FeatureModule] = (), clock: Clock | None = None
+) -> int:
+    """The worker of ``WORKER_MODULES`` (and ``extra_modules``, which the test kit's worker entry adds)."""
     with exit_on_settings_error():
-        settings = load_settings(check_crons=True)
+        settings = get_settings()
         configure_logging(settings)
         init_sentry(settings, "worker")
-        registry = JobRegistry.from_modules(worker_modules())
-        for path in modules:
-            registry.add_module(import_module_object(path))
+        registry = JobRegistry.from_modules([*WORKER_MODULES, *extra_modules])
         served = select_queues(registry, queues)
-        for cron in registry.crons.values():
-            cron_pattern(cron, settings)
-        resources = Resources.open(settings, pool_size=max(10, settings.worker_max_jobs), modules=registry.modules)
-    clock = FileClock(fake_clock_file) if fake_clock_file else None
+        resources = open_resources(settings, registry.modules, pool_size=max(10, settings.worker_max_jobs))
 
     async def main() -> int:
         try:
@@ -72,23 +71,10 @@ def run_worker(queues: str, modules: tuple[str, ...], burst: bool, fake_clock_fi
 @click.option(
     "--queues", default="", help="Comma-separated queues to serve (default: every queue of the loaded modules)."
 )
-@click.option(
-    "--module",
-    "modules",
-    multiple=True,
-    metavar="PACKAGE.MODULE:NAME",
-    help="For tests only: also load this feature module. Production lists modules in app/worker/modules.py.",
-)
-@click.option("--burst", is_flag=True, help="Run the jobs already due, then exit (tests and one-off drains).")
-@click.option(
-    "--fake-clock-file",
-    default=None,
-    metavar="PATH",
-    help="For tests only: the cron scheduler reads the current time (ISO 8601, UTC) from this file.",
-)
-def run_command(queues: str, modules: tuple[str, ...], burst: bool, fake_clock_file: str | None) -> None:
+@click.option("--burst", is_flag=True, help="Run the jobs already due, then exit (one-off drains).")
+def run_command(queues: str, burst: bool) -> None:
     """Run the background-job worker until SIGTERM or SIGINT."""
-    raise SystemExit(run_worker(queues, modules, burst, fake_clock_file))
+    raise SystemExit(run_worker(queues, burst))
 
 
 @click.group("worker")
@@ -97,6 +83,3 @@ def worker_group() -> None:
 
 
 worker_group.add_command(run_command)
-
-# Registered in app/asgi.py so the ``litestar`` CLI has ``worker`` and ``crons``.
-CLI_MODULE = FeatureModule(name="queue", cli_groups=[worker_group, crons_group])

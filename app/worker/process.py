@@ -63,7 +63,12 @@ class WorkerProcess:
         self.burst = burst
         self.crons = [cron for cron in registry.crons.values() if cron.queue in queues]
         self.scheduler = CronScheduler(
-            resources, self.crons, clock=clock, interval_seconds=0.05 if clock is not None else 0.5
+            resources.queue,
+            resources.db,
+            resources.settings,
+            self.crons,
+            clock=clock,
+            interval_seconds=0.05 if clock is not None else 0.5,
         )
         self.relay = OutboxRelayLoop(resources.queue)
         self.live: dict[str, Worker] = {}

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from arq.constants import job_key_prefix
 
-from app.queue.crons import cron_pattern
-from app.queue.drivers import queue_key
+from app.queue.arq_driver import queue_key
 from app.queue.job import CronJob
 from app.queue.queues import QueueName
 from app.queue.registry import JobRegistry
@@ -37,7 +36,7 @@ def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJo
             bound,
         )
     for cron in crons:
-        logger.info("Cron %s scheduled: %s (UTC).", cron.name(), cron_pattern(cron, settings))
+        logger.info("Cron %s scheduled: %s (UTC).", cron.name(), cron.schedule(settings))
     logger.info(
         "Worker serving %s (max %d jobs at a time per queue, poll every %g s, shutdown grace %d s).",
         ", ".join(queues),
@@ -81,7 +80,7 @@ async def report_unserved_queues(redis: Redis, settings: Settings, served: list[
                 names.add("<unreadable>")
         logger.error(
             "%d job(s) wait on %s (%s), but no module this worker loads uses that queue: their module is "
-            "not listed in app/worker/modules.py, so no worker runs them. List the module there.",
+            "not listed in app/runtime.py (WORKER_MODULES), so no worker runs them. List the module there.",
             waiting,
             queue,
             ", ".join(sorted(names)) or "?",

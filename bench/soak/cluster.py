@@ -211,7 +211,7 @@ class Cluster:
             self.apis.append(api)
             self.api_urls.append(f"http://127.0.0.1:{port}")
         for index in (1, 2):
-            command = [sys.executable, "-m", "app.worker", "--module", WORKER_MODULE]
+            command = [sys.executable, "-m", "app.testing.worker", "--module", WORKER_MODULE]
             self.workers.append(Proc(f"worker-{index}", command, self.run_dir / f"worker-{index}.log"))
             self.start_worker(index - 1)
         for api, url in zip(self.apis, self.api_urls, strict=True):

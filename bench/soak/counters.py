@@ -18,8 +18,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import billing, identity
+from app.billing import module as billing
 from app.core.module import FeatureModule
+from app.identity import module as identity
 from app.webhooks.handlers import WebhookContext, WebhookHandler
 
 TABLE_DDL = """

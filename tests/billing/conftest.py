@@ -8,16 +8,18 @@ from typing import Any
 
 import pytest
 
-from app import billing, identity
+from app.billing import module as billing
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.identity import module as identity
 from app.identity.models import Workspace
 from app.queue.execution import run_attempt
 from app.queue.job import JobContext
+from app.runtime import open_resources as open_app_resources
 from app.testing import Delivery, signed_stripe_delivery, stripe_event, stripe_subscription
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
 from tests.factories import WorkspaceFactory, persist
 
@@ -39,7 +41,7 @@ async def open_resources(billing_env: dict[str, str]) -> AsyncIterator[OpenResou
 
     async def open_(**env: str) -> Resources:
         settings = load_settings({**billing_env, **env})
-        opened.append(Resources.open(settings, modules=[billing.MODULE, identity.MODULE]))
+        opened.append(open_app_resources(settings, [billing.MODULE, identity.MODULE]))
         return opened[-1]
 
     yield open_
@@ -79,7 +81,7 @@ async def worker_try(resources: Resources, delivery: Delivery, attempt: int) -> 
     Returns None when it succeeded, else what the try raised: ``arq.Retry`` means
     the worker runs it again after a backoff; anything else is final.
     """
-    stored = await store_event(resources.db, "stripe", delivery.event_id, delivery.event_type, delivery.body.decode())
+    stored = await Inbox(resources.db).store("stripe", delivery.event_id, delivery.event_type, delivery.body.decode())
     job = ProcessWebhookEventJob
     retry_limit = job.retry_policy(resources.settings).retry_limit
     context = JobContext(resources, deduplication_id(stored.row_id), attempt, retry_limit, job.queue)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from app.billing import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
+from app.billing.jobs import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.core.resources import Resources
 from app.identity.models import Workspace, WorkspaceMember
 from app.queue.models import JobOutbox

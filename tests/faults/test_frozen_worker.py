@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.core.db import driver_connection
 from app.core.resources import Resources
-from app.webhooks.inbox import driver_connection, event_lock_key, store_event
+from app.webhooks.inbox import Inbox, event_lock_key
 from app.webhooks.jobs import queue_processing
 from tests.processes import wait_for, worker_starter
 from tests.webhooks.worker_handlers import CREATE_TABLE, EMPTY_TABLE, PROVIDER, hold_key, holding_key
@@ -56,7 +57,7 @@ async def test_a_frozen_workers_locks_are_released_and_another_worker_processes_
         await session.commit()
     namespace = resources.settings.redis_namespace
     await resources.redis.set(hold_key(namespace), "1")
-    stored = await store_event(resources.db, PROVIDER, "evt_frozen", "test.event", '{"id": "evt_frozen"}')
+    stored = await Inbox(resources.db).store(PROVIDER, "evt_frozen", "test.event", '{"id": "evt_frozen"}')
     frozen = await start_worker()
     await queue_processing(resources.queue, stored.row_id)
     await wait_for(lambda: resources.redis.exists(holding_key(namespace)), 30, "the attempt to be mid-transaction")

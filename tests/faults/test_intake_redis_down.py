@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app import system
 from app.asgi import build_app
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
+from app.system import module as system
 from app.testing.deliveries import clerk_event, signed_clerk_delivery
 from app.webhooks.handlers import WebhookContext
 from app.webhooks.maintenance import recover
@@ -52,7 +53,7 @@ async def test_intake_with_redis_down_stores_and_recovery_processes_later(
     assert elapsed < 3.0  # bounded: the limiter fails open, the enqueue gives up within about a second
 
     own_redis.start()  # back, empty: the job was never queued
-    resources = Resources.open(settings, modules=[recording])
+    resources = open_resources(settings, [recording])
     try:
         (row,) = await inbox_rows(resources)
         assert row.processed_at is None

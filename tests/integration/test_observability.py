@@ -11,11 +11,11 @@ from litestar import get
 from litestar.exceptions import NotFoundException
 from litestar.testing import AsyncTestClient
 
-from app import system
 from app.asgi import build_app
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
 from app.core.settings import load_settings
+from app.system import module as system
 from tests.stubs.sentry_ingest import SentryIngestStub, exception_types
 
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from app.core.redis import make_call_bounded_redis
+from app.core.redis import make_redis as make_app_redis
 from app.webhooks.module import RATE_LIMIT_REDIS_TIMEOUT_SECONDS
 from app.webhooks.rate_limit import SlidingWindowRateLimiter
 
@@ -180,7 +180,7 @@ async def test_fails_open_within_the_timeout_when_redis_hangs(
     if bounded_by == "socket timeouts":
         hung, limiter_timeout = make_redis(url), None
     else:
-        hung, limiter_timeout = make_call_bounded_redis(url), RATE_LIMIT_REDIS_TIMEOUT_SECONDS
+        hung, limiter_timeout = make_app_redis(url, per_command=False), RATE_LIMIT_REDIS_TIMEOUT_SECONDS
     caplog.set_level(logging.WARNING, logger=LIMITER_LOGGER)
     try:
         started = time.monotonic()

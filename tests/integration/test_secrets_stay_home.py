@@ -13,14 +13,14 @@ from litestar import Request, post
 from litestar.testing import AsyncTestClient
 from sqlalchemy.engine import make_url
 
-from app import system
 from app.asgi import build_app
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
-from app.core.resources import Resources
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
 from app.queue.job import Job
+from app.runtime import open_resources
+from app.system import module as system
 from tests.stubs.sentry_ingest import SentryIngestStub, exception_types
 
 DB_PASSWORD = "s3cretPw"
@@ -124,7 +124,7 @@ async def test_a_failed_job_attempt_reaches_sentry_without_secrets_locals_or_its
 ) -> None:
     settings = load_settings({**secret_env, "MESSAGE_QUEUE_DRIVER": "sync", "SENTRY_DSN": sentry_enabled.dsn})
     init_sentry(settings, "worker")
-    resources = Resources.open(settings)
+    resources = open_resources(settings, ())
     try:
         with pytest.raises(RuntimeError, match="could not log in"):
             await resources.queue.add(LeakyJob, LeakyData(card=PLANTED_BODY))

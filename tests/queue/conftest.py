@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.testing.processes import free_port
 from tests.processes import WorkerProc, wait_for, worker_starter
 from tests.queue.sample_jobs import CREATE_TABLE
@@ -42,7 +43,7 @@ async def fetch_events(resources: Resources, job: str | None = None) -> list[dic
 @pytest.fixture
 async def sync_resources(settings_env: dict[str, str], events_table: Resources) -> AsyncIterator[Resources]:
     """Resources of a process whose queue runs jobs inline (``MESSAGE_QUEUE_DRIVER=sync``)."""
-    resources = Resources.open(load_settings({**settings_env, "MESSAGE_QUEUE_DRIVER": "sync"}))
+    resources = open_resources(load_settings({**settings_env, "MESSAGE_QUEUE_DRIVER": "sync"}), ())
     yield resources
     await resources.close()
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from tests.queue.sample_jobs import NoopData, NoopJob
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def timestamps(log: Path, prefix: str) -> list[datetime]:
 
 
 async def enqueue_all(env: dict[str, str], count: int) -> None:
-    resources = Resources.open(load_settings(env))
+    resources = open_resources(load_settings(env), ())
     try:
         await enqueue(resources, count)
     finally:
@@ -64,7 +65,7 @@ def main(count: int, log_level: str) -> None:
     command = [
         sys.executable,
         "-m",
-        "app.worker",
+        "app.testing.worker",
         "--module",
         "tests.queue.sample_jobs:MODULE",
         "--queues",

@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 from app.core.module import FeatureModule
-from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.webhooks.handlers import WebhookContext
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import Inbox
 from app.webhooks.processing import process_event
 from tests.queue.sample_jobs import RecordData, RecordJob
 
@@ -35,9 +35,9 @@ async def wait_to_be_killed(**_: Any) -> int:
 
 async def main(event_id: str) -> None:
     module = FeatureModule(name="outbox-child", webhook_handlers={PROVIDER: stage_record})
-    resources = Resources.open(load_settings(), modules=[module])
+    resources = open_resources(load_settings(), [module])
     resources.queue.relay_outbox = wait_to_be_killed  # type: ignore[method-assign]
-    stored = await store_event(resources.db, PROVIDER, event_id, "thing.happened", "{}")
+    stored = await Inbox(resources.db).store(PROVIDER, event_id, "thing.happened", "{}")
     await process_event(resources, stored.row_id)
 
 

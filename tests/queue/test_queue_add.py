@@ -13,8 +13,10 @@ import pytest
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
-from app.queue.drivers import ArqQueue, SyncQueue, queue_key
+from app.queue.arq_driver import ArqQueue, queue_key
 from app.queue.errors import PermanentError, QueueUnavailableError
+from app.queue.sync_driver import SyncQueue
+from app.runtime import open_resources
 from app.testing.processes import free_port
 from tests.queue.conftest import fetch_events
 from tests.queue.sample_jobs import RecordData, RecordJob
@@ -80,7 +82,7 @@ async def test_add_against_an_unreachable_redis_fails_within_two_seconds(
 ) -> None:
     port = free_port() if server == "closed port" else request.getfixturevalue("silent_server")
     settings = load_settings({**settings_env, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
-    resources = Resources.open(settings)
+    resources = open_resources(settings, ())
     assert isinstance(resources.queue, ArqQueue)
     try:
         started = time.monotonic()

@@ -17,6 +17,7 @@ from app.core.settings import SettingsError, load_settings
 from app.queue.crons import latest_tick, next_tick
 from app.queue.job import CronJob, CronTick
 from app.queue.models import CronRun
+from app.runtime import open_resources
 from tests.queue.conftest import fetch_events, wait_for
 from tests.queue.sample_jobs import EveryMinuteCronJob
 from tests.stubs.sentry_ingest import SentryIngestStub
@@ -102,7 +103,7 @@ async def test_a_cron_records_its_failure_and_sends_sentry_check_ins(
 
     settings = load_settings({**settings_env, "MESSAGE_QUEUE_DRIVER": "sync", "SENTRY_DSN": sentry_enabled.dsn})
     init_sentry(settings, "worker")
-    resources = Resources.open(settings)
+    resources = open_resources(settings, ())
     slot = utc("2030-01-07 10:05:00")
     try:
         with pytest.raises(RuntimeError, match="flaky cron failed"):

@@ -16,10 +16,11 @@ from sqlalchemy import select
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
-from app.queue.drivers import ArqQueue, queue_key
+from app.queue.arq_driver import ArqQueue, queue_key
 from app.queue.encoded import EncodedJob
 from app.queue.models import JobOutbox
 from app.queue.outbox import OutboxRelayLoop, relay
+from app.runtime import open_resources
 from app.testing.processes import child_env, free_port
 from app.webhooks.models import WebhookEvent
 from tests.processes import ROOT
@@ -131,7 +132,7 @@ async def test_the_relay_loop_keeps_rows_while_redis_refuses_and_warns_once(
 ) -> None:
     caplog.set_level(logging.INFO, logger="app.queue.outbox")
     job_id = await stage_and_commit(resources, RecordData(key="outage"))
-    refused = Resources.open(load_settings({**settings_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}))
+    refused = open_resources(load_settings({**settings_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}), ())
     try:
         loop = OutboxRelayLoop(refused.queue, interval_seconds=0.02)
         running = asyncio.create_task(loop.run())

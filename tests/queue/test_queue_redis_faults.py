@@ -8,6 +8,7 @@ from typing import Any
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from tests.queue.conftest import RedisServer, fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob
 
@@ -28,7 +29,7 @@ async def test_the_worker_survives_a_redis_restart_and_runs_a_job_queued_after(
     private_redis.start()
     await worker.wait_log("connected to Redis again", within=15)
 
-    resources = Resources.open(load_settings({**settings_env, "REDIS_URL": private_redis.url}))
+    resources = open_resources(load_settings({**settings_env, "REDIS_URL": private_redis.url}), ())
     try:
         await resources.queue.add(RecordJob, RecordData(key="after-restart"), deduplication_id="after-restart")
 

@@ -83,7 +83,7 @@ async def test_two_workers_share_200_jobs_and_never_run_one_twice_at_once(
 
     # A job of a module the worker does not load is reported by name, not run.
     await wait_for(
-        lambda: any(w.has("Job UnlistedJob") and w.has("not listed in app/worker/modules.py") for w in workers),
+        lambda: any(w.has("Job UnlistedJob") and w.has("not listed in app/runtime.py") for w in workers),
         10,
         "the unlisted job to be reported",
     )

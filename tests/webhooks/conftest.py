@@ -13,13 +13,15 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from app import system
 from app.asgi import build_app
+from app.billing.handlers import STRIPE_EVENTS
+from app.core.db import driver_connection
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import load_settings
-from app.webhooks.handlers import WebhookContext
-from app.webhooks.inbox import driver_connection
+from app.identity.handlers import CLERK_EVENTS
+from app.system import module as system
+from app.webhooks.handlers import EventRoutes, WebhookContext
 from app.webhooks.models import WebhookEvent
 from app.webhooks.module import build_webhooks_module
 
@@ -37,7 +39,14 @@ class RecordingHandlers:
         self.seen.append((context.event.provider, context.event.event_id))
 
     def module(self) -> FeatureModule:
-        return FeatureModule(name="recording", webhook_handlers={"stripe": self.handle, "clerk": self.handle})
+        """Handles the types billing and identity handle (so unhandled ones are still dropped at intake)."""
+        return FeatureModule(
+            name="recording",
+            webhook_handlers={
+                "stripe": EventRoutes(dict.fromkeys(STRIPE_EVENTS.routes, self.handle)),
+                "clerk": EventRoutes(dict.fromkeys(CLERK_EVENTS.routes, self.handle)),
+            },
+        )
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from app.core.module import FeatureModule
-from app.core.resources import Resources
 from app.core.settings import Settings
-from app.webhooks.handlers import WebhookContext
+from app.runtime import open_resources
+from app.webhooks.handlers import EventRoutes, WebhookContext
 from app.webhooks.processing import process_event
 from app.webhooks.providers import PROVIDERS
 from app.webhooks.providers.base import (
@@ -20,7 +20,6 @@ from app.webhooks.providers.base import (
     Verifier,
     WebhookProvider,
     decode_payload,
-    type_matcher,
 )
 from tests.webhooks.conftest import inbox_rows
 
@@ -38,7 +37,7 @@ def _acme_verifier(settings: Settings) -> Verifier | None:
     return verify
 
 
-ACME = WebhookProvider(name="acme", build_verifier=_acme_verifier, handles=type_matcher("order.*"))
+ACME = WebhookProvider(name="acme", build_verifier=_acme_verifier)
 
 
 def acme_delivery(event_id: str, kind: str) -> tuple[bytes, dict[str, str]]:
@@ -55,7 +54,7 @@ async def test_a_registered_throwaway_provider_is_verified_stored_and_handled(
     async def handle_acme(context: WebhookContext) -> None:
         handled.append(context.payload["event_id"])
 
-    acme_module = FeatureModule(name="acme", webhook_handlers={"acme": handle_acme})
+    acme_module = FeatureModule(name="acme", webhook_handlers={"acme": EventRoutes({"order.*": handle_acme})})
     client = await make_client(providers=(*PROVIDERS, ACME), extra_modules=(acme_module,))
 
     body, headers = acme_delivery("ord-1", "order.paid")
@@ -65,7 +64,7 @@ async def test_a_registered_throwaway_provider_is_verified_stored_and_handled(
     ignored_body, ignored_headers = acme_delivery("ord-2", "customer.created")
     assert (await client.post("/webhooks/acme", content=ignored_body, headers=ignored_headers)).status_code == 200
 
-    resources = Resources.open(settings, modules=[acme_module])
+    resources = open_resources(settings, [acme_module])
     try:
         (row,) = await inbox_rows(resources)
         assert (row.provider, row.event_id, row.type) == ("acme", "ord-1", "order.paid")

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from app.core.db import driver_connection
 from app.core.resources import Resources
 from app.testing.deliveries import (
     clerk_event,
@@ -19,7 +20,7 @@ from app.testing.deliveries import (
     stripe_event,
     stripe_subscription,
 )
-from app.webhooks.inbox import driver_connection, store_event
+from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import deduplication_id
 from tests.webhooks.conftest import inbox_count, inbox_rows, kill_pooled_connection
 
@@ -215,8 +216,8 @@ async def test_a_pooled_connection_that_died_fails_one_store_then_leaves_the_poo
     await kill_pooled_connection(resources)
     body = '{"id": "evt_after_restart", "type": "customer.subscription.updated"}'
     with pytest.raises(Exception, match="closed"):
-        await store_event(resources.db, "stripe", "evt_after_restart", "customer.subscription.updated", body)
-    stored = await store_event(resources.db, "stripe", "evt_after_restart", "customer.subscription.updated", body)
+        await Inbox(resources.db).store("stripe", "evt_after_restart", "customer.subscription.updated", body)
+    stored = await Inbox(resources.db).store("stripe", "evt_after_restart", "customer.subscription.updated", body)
     assert stored.outcome == "inserted"
 
 

@@ -10,8 +10,9 @@ from sqlalchemy import select, text
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.webhooks import maintenance
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import Inbox, repository
 from app.webhooks.jobs import deduplication_id
 from app.webhooks.maintenance import delete_old_processed, recover, reopen_abandoned
 from app.webhooks.models import WebhookEvent
@@ -30,7 +31,7 @@ async def add_event(
     abandoned: bool = False,
 ) -> int:
     body = f'{{"id": "{event_id}", "type": "invoice.paid"}}'
-    stored = await store_event(resources.db, "stripe", event_id, "invoice.paid", body)
+    stored = await Inbox(resources.db).store("stripe", event_id, "invoice.paid", body)
     async with resources.db.session() as session:
         await session.execute(
             text(
@@ -85,7 +86,7 @@ async def test_exhausted_event_is_set_aside_with_exactly_one_alert(
 
     settings = load_settings({**settings_env, "SENTRY_DSN": sentry_enabled.dsn})
     init_sentry(settings, "worker")
-    resources = Resources.open(settings)
+    resources = open_resources(settings, ())
     try:
         row_id = await add_event(resources, "evt_exhausted", age=timedelta(hours=2), attempts=33)
         first = await recover(resources)
@@ -146,13 +147,13 @@ async def test_retention_deletes_only_old_processed_events_in_batches(
     old_aside = await add_event(resources, "evt_old_aside", age=timedelta(days=60), attempts=33, abandoned=True)
 
     statements: list[str] = []
-    original = maintenance.driver_connection
+    original = repository.driver_connection
 
     def counting(db: Any) -> Any:
         statements.append("batch")
         return original(db)
 
-    monkeypatch.setattr(maintenance, "driver_connection", counting)
+    monkeypatch.setattr(repository, "driver_connection", counting)
     assert await delete_old_processed(resources) == 5
     assert len(statements) == 3  # batches of 2, 2 and 1: each its own short transaction
     async with resources.db.session() as session:

@@ -16,8 +16,9 @@ from sqlalchemy import text
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.testing.processes import child_env
-from app.webhooks.inbox import store_event
+from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from app.webhooks.maintenance import recover
 from app.webhooks.models import WebhookEvent
@@ -77,13 +78,13 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
     settings_env: dict[str, str], start_worker: Any, sentry_stub: SentryIngestStub
 ) -> None:
     env = {**settings_env, **FAST_RETRIES, "SENTRY_DSN": sentry_stub.dsn}
-    resources = Resources.open(load_settings(env))
+    resources = open_resources(load_settings(env), ())
     try:
         await empty_effects_table(resources)
         init_sentry(resources.settings, "worker")  # the recovery rounds below run in this process
         await resources.redis.set(failing_key(resources.settings.redis_namespace), 1)
         await start_worker(**FAST_RETRIES, SENTRY_DSN=sentry_stub.dsn)
-        stored = await store_event(resources.db, PROVIDER, "evt_always_fails", "thing.happened", '{"a": 1}')
+        stored = await Inbox(resources.db).store(PROVIDER, "evt_always_fails", "thing.happened", '{"a": 1}')
         row_id = stored.row_id
 
         async def settled_at(attempts: int) -> bool:
@@ -109,7 +110,7 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
         assert len(failures) == 6 and {tuple(exception_types(e)) for e in failures} == {("RuntimeError",)}
 
         await resources.redis.delete(failing_key(resources.settings.redis_namespace))
-        assert retry_abandoned(env) == "Reopened 1 webhook events."
+        assert retry_abandoned(env) == "Reopened 1 webhook event."
         await wait_for(lambda: successes(resources), 20, "the reopened event to be processed")
         row = await row_of(resources, row_id)
         assert row.processed_at is not None and row.abandoned_at is None and row.attempts == 1
@@ -125,10 +126,10 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
 async def test_fifty_queued_copies_of_one_event_process_it_once(
     settings_env: dict[str, str], start_worker: Any
 ) -> None:
-    resources = Resources.open(load_settings(settings_env))
+    resources = open_resources(load_settings(settings_env), ())
     try:
         await empty_effects_table(resources)
-        stored = await store_event(resources.db, PROVIDER, "evt_many_copies", "thing.happened", "{}")
+        stored = await Inbox(resources.db).store(PROVIDER, "evt_many_copies", "thing.happened", "{}")
         # Recovery, redeliveries and operators may all queue it; arq's dedup and the row lock keep it to one run.
         await asyncio.gather(*(queue_processing(resources.queue, stored.row_id) for _ in range(50)))
         await start_worker()

@@ -12,10 +12,12 @@ from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.models import CronRun, JobOutbox
+from app.runtime import open_resources
 from app.webhooks.handlers import WebhookContext
-from app.webhooks.inbox import event_lock_key, store_event
+from app.webhooks.inbox import Inbox, event_lock_key
+from app.webhooks.inbox.sql import MARK_PROCESSED_AND_UNLOCK
 from app.webhooks.models import WebhookEvent
-from app.webhooks.processing import _MARK_PROCESSED_AND_UNLOCK, process_event
+from app.webhooks.processing import process_event
 from tests.queue.sample_jobs import RecordData, RecordJob
 from tests.webhooks.conftest import kill_pooled_connection
 
@@ -27,7 +29,7 @@ _ADVISORY_LOCKS_HELD = (
 
 async def stored_row(resources: Resources, event_id: str = "evt_processing") -> int:
     body = f'{{"id": "{event_id}", "type": "customer.subscription.updated"}}'
-    stored = await store_event(resources.db, "stripe", event_id, "customer.subscription.updated", body)
+    stored = await Inbox(resources.db).store("stripe", event_id, "customer.subscription.updated", body)
     return stored.row_id
 
 
@@ -44,7 +46,7 @@ async def make_resources(settings: Settings) -> Any:
 
     def make(handler: Any) -> Resources:
         module = FeatureModule(name="test-handlers", webhook_handlers={"stripe": handler})
-        resources = Resources.open(settings, modules=[module])
+        resources = open_resources(settings, [module])
         opened.append(resources)
         return resources
 
@@ -189,7 +191,7 @@ async def test_a_claim_between_the_early_unlock_and_the_commit_waits_and_finds_t
         driver = (await connection.get_raw_connection()).driver_connection
         assert await driver.fetchval("SELECT pg_try_advisory_lock($1)", event_lock_key(row_id))
         transaction = await connection.begin()
-        await connection.execute(_MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)})
+        await connection.execute(MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)})
         competing = asyncio.create_task(process_event(second, row_id))
         await asyncio.sleep(0.3)
         assert not competing.done()  # waiting on the row, not processing it

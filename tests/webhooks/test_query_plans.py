@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from app.core.db import driver_connection
 from app.core.resources import Resources
-from app.webhooks.inbox import _STORE, driver_connection
-from app.webhooks.maintenance import _SET_ASIDE
-from app.webhooks.processing import _CLAIM
+from app.webhooks.inbox.sql import CLAIM as _CLAIM
+from app.webhooks.inbox.sql import SET_ASIDE_EXHAUSTED as _SET_ASIDE
+from app.webhooks.inbox.sql import STORE as _STORE
 
 ROWS = 3000
 

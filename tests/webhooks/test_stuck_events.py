@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from app.core.db import driver_connection
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import Settings, load_settings
 from app.queue.errors import PermanentError
+from app.runtime import open_resources
 from app.webhooks.handlers import WebhookContext
-from app.webhooks.inbox import driver_connection
 from app.webhooks.maintenance import recover
 from app.webhooks.processing import process_event
 from tests.stubs.sentry_ingest import SentryIngestStub
@@ -52,7 +53,7 @@ async def locks_held(resources: Resources) -> int:
 
 
 def with_handler(settings: Settings, handler: Any) -> Resources:
-    return Resources.open(settings, modules=[FeatureModule(name="h", webhook_handlers={"stripe": handler})])
+    return open_resources(settings, [FeatureModule(name="h", webhook_handlers={"stripe": handler})])
 
 
 def alerts(stub: SentryIngestStub) -> list[dict[str, Any]]:
@@ -171,9 +172,7 @@ async def test_an_attempts_idle_timeouts_are_set_while_its_lock_is_held_and_clea
         for name in ("idle_session_timeout", "idle_in_transaction_session_timeout"):
             seen[name] = str(await context.session.scalar(text(f"SHOW {name}")))
 
-    resources = Resources.open(
-        settings, modules=[FeatureModule(name="h", webhook_handlers={"stripe": handler})], pool_size=1
-    )
+    resources = open_resources(settings, [FeatureModule(name="h", webhook_handlers={"stripe": handler})], pool_size=1)
     try:
         row_id = await insert_raw(resources, "evt_timeouts", """'{"id": "x"}'::jsonb""")
         await process_event(resources, row_id)

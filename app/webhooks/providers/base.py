@@ -2,7 +2,8 @@
 
 Adding a provider is one new file defining a :class:`WebhookProvider` and one
 line in ``app/webhooks/providers/__init__.py``. Everything a provider file
-needs is importable from here.
+needs is importable from here. Which of its event types are handled is said by
+the module that handles them (its ``webhook_handlers``), not here.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ __all__ = [
     "WebhookSignatureGuard",
     "decode_payload",
     "signature_header",
-    "type_matcher",
 ]
 
 
@@ -46,22 +46,8 @@ class WebhookProvider:
     build_verifier: Callable[[Settings], Verifier | None]
     """Returns the verifier for these settings, or ``None`` when the provider is switched off (404)."""
 
-    handles: Callable[[str], bool]
-    """Whether an event type is handled; others are acknowledged (200) and dropped."""
-
     signature_headers: Mapping[str, str] = field(default_factory=dict)
     """The headers its deliveries are signed with, and what each holds (for the OpenAPI document)."""
 
     guard: type[WebhookSignatureGuard] = WebhookSignatureGuard
     """The route's signature guard, built from the verifier (a subclass names the provider in tracebacks)."""
-
-
-def type_matcher(*patterns: str) -> Callable[[str], bool]:
-    """Exact types, or prefixes written as ``customer.subscription.*``."""
-    exact = frozenset(p for p in patterns if not p.endswith(".*"))
-    prefixes = tuple(p[:-1] for p in patterns if p.endswith(".*"))
-
-    def handles(event_type: str) -> bool:
-        return event_type in exact or event_type.startswith(prefixes)
-
-    return handles

@@ -14,10 +14,8 @@ from app.webhooks.providers.base import (
     WebhookSignatureGuard,
     decode_payload,
     signature_header,
-    type_matcher,
 )
 
-HANDLED_TYPES = ("user.*", "organization.*", "organizationMembership.*")
 SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 
 
@@ -51,7 +49,6 @@ CLERK = WebhookProvider(
     name="clerk",
     guard=ClerkWebhookSignatureGuard,
     build_verifier=_verifier,
-    handles=type_matcher(*HANDLED_TYPES),
     signature_headers={
         "svix-id": "the message id, the same on every retry: the inbox's event id",
         "svix-timestamp": "unix time of the attempt (5 minutes of tolerance, both ways)",

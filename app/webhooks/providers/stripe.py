@@ -22,22 +22,10 @@ from app.webhooks.providers.base import (
     WebhookSignatureGuard,
     decode_payload,
     signature_header,
-    type_matcher,
 )
 
 TOLERANCE_SECONDS = 300
 HEADER = "Stripe-Signature"
-
-HANDLED_TYPES = (
-    "checkout.session.completed",
-    "customer.subscription.*",
-    "invoice.paid",
-    "invoice.payment_failed",
-    "charge.dispute.*",
-    "charge.refunded",
-    "refund.*",
-    "radar.early_fraud_warning.*",
-)
 
 
 def _verifier(settings: Settings) -> Verifier | None:
@@ -97,6 +85,5 @@ STRIPE = WebhookProvider(
     name="stripe",
     guard=StripeWebhookSignatureGuard,
     build_verifier=_verifier,
-    handles=type_matcher(*HANDLED_TYPES),
     signature_headers={HEADER: "t=<unix time>,v1=<HMAC-SHA256 of '<t>.<body>' keyed by the whsec_ secret>"},
 )

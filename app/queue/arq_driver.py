@@ -1,4 +1,4 @@
-"""Queue drivers: arq on Redis (production) and sync (runs the job inside ``add``; for tests).
+"""The arq driver: jobs go to arq's Redis queues, one round trip each, with a bounded wait.
 
 Everything written to Redis carries ``settings.redis_namespace``: the arq queue
 is ``<namespace><queue name>`` and a job id is ``<namespace><deduplication id>``
@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
@@ -20,22 +20,19 @@ from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import Database
 from app.core.redaction import redact_url
-from app.core.redis import FAST_TIMEOUT_SECONDS
+from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
+from app.core.resources import JobState
+from app.core.settings import Settings
 from app.queue.encoded import EncodedJob, encode_job
-from app.queue.errors import QueueUnavailableError, UnknownJobError
-from app.queue.execution import run_attempt
-from app.queue.job import Job, JobContext
+from app.queue.errors import QueueUnavailableError
+from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
-from app.queue.protocol import JobState, MessageQueue
 from app.queue.queues import QueueName
 from app.queue.serialization import deserialize, serialize
 
-if TYPE_CHECKING:
-    from app.core.resources import Resources
-    from app.core.settings import Settings
-
-logger = logging.getLogger("app.queue")
+logger = logging.getLogger(__name__)
 
 
 def queue_key(settings: Settings, queue: str) -> str:
@@ -43,17 +40,8 @@ def queue_key(settings: Settings, queue: str) -> str:
 
 
 def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> ArqRedis:
-    """An arq pool that gives up after ``timeout``: a hung Redis cannot hang us.
-
-    ``per_command=False``: only connecting is bounded here, for a caller that
-    bounds each whole call with ``asyncio.timeout`` (see ``make_call_bounded_redis``).
-    """
-    redis = ArqRedis.from_url(
-        url,
-        socket_timeout=timeout if per_command else None,
-        socket_connect_timeout=timeout,
-        retry_on_timeout=False,
-    )
+    """An arq pool that gives up after ``timeout`` (see ``make_redis``), reading and writing JSON, never pickle."""
+    redis = cast(ArqRedis, make_redis(url, timeout=timeout, per_command=per_command, client=ArqRedis))
     redis.job_serializer = serialize
     redis.job_deserializer = deserialize
     return redis
@@ -75,9 +63,9 @@ return 1
 
 
 class ArqQueue:
-    def __init__(self, resources: Resources, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
-        self.settings = resources.settings
-        self.db = resources.db
+    def __init__(self, settings: Settings, db: Database, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
+        self.settings = settings
+        self.db = db
         self.timeout = timeout
         # Every call below runs under asyncio.timeout(self.timeout).
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
@@ -182,99 +170,5 @@ class ArqQueue:
         await self.redis.aclose(close_connection_pool=True)
 
 
-class SyncQueue:
-    """Runs the job inside ``add`` with the same JSON round trip and validation as the worker.
-
-    A failure is raised to the caller (once: no retries inline), so a test sees
-    it. ``add(..., session=...)`` stages the job as the arq driver does;
-    :meth:`relay_outbox` then runs the staged jobs inline.
-    """
-
-    def __init__(self, resources: Resources) -> None:
-        self.resources = resources
-        self._running: set[str] = set()
-        # Staged rows name their job: the classes of the loaded modules, and any staged through this queue.
-        self._classes: dict[str, type[Job[Any]]] = {
-            job_cls.name(): job_cls for module in resources.modules for job_cls in [*module.jobs, *module.crons]
-        }
-
-    async def add(
-        self,
-        job_cls: type[Job[Any]],
-        data: Any,
-        *,
-        retry_limit: int | None = None,
-        delay: timedelta | None = None,
-        deduplication_id: str | None = None,
-        session: AsyncSession | None = None,
-    ) -> str | None:
-        job = encode_job(
-            self.resources.settings,
-            job_cls,
-            data,
-            retry_limit=retry_limit,
-            delay=delay,
-            deduplication_id=deduplication_id,
-        )
-        if session is not None:
-            self._classes.setdefault(job.name, job_cls)
-            stage(session, job)
-            return job.job_id
-        return await self._run(job_cls, job)
-
-    async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
-        return [await self.add(job_cls, data, deduplication_id=dedup) for data, dedup in items]
-
-    async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
-        """Run the staged jobs inline and delete their rows; the first failure is raised after all ran."""
-        failures: list[Exception] = []
-
-        async def send(jobs: list[EncodedJob]) -> None:
-            for job in jobs:
-                try:
-                    await self._run(self._class_of(job), job)
-                except Exception as exc:
-                    failures.append(exc)
-
-        relayed = await relay_outbox(self.resources.db, send, session=session)
-        if failures:
-            raise failures[0]
-        return relayed
-
-    async def _run(self, job_cls: type[Job[Any]], job: EncodedJob) -> str | None:
-        if job.job_id in self._running:
-            return None
-        envelope = deserialize(serialize({"a": [job.data]}))
-        context = JobContext(self.resources, job.job_id, 1, job.retry_limit, job_cls.queue)
-        self._running.add(job.job_id)
-        try:
-            await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
-        finally:
-            self._running.discard(job.job_id)
-        return job.job_id
-
-    def _class_of(self, job: EncodedJob) -> type[Job[Any]]:
-        job_cls = self._classes.get(job.name)
-        if job_cls is None:
-            raise UnknownJobError(
-                f"Staged job {job.name} (id {job.job_id}) names a class no module of this process loads: "
-                "it was dropped. List its module in the modules this process opens its resources with."
-            )
-        return job_cls
-
-    async def state(self, deduplication_id: str) -> JobState:
-        job_id = self.resources.settings.redis_namespace + deduplication_id
-        return "in_progress" if job_id in self._running else "absent"
-
-    async def close(self) -> None:
-        return None
-
-
 def _names(jobs: Sequence[EncodedJob]) -> str:
     return ", ".join(sorted({job.name for job in jobs}))
-
-
-def create_message_queue(resources: Resources) -> MessageQueue:
-    if resources.settings.message_queue_driver == "sync":
-        return SyncQueue(resources)
-    return ArqQueue(resources)

@@ -1,0 +1,9 @@
+"""The identity feature module: Clerk's users, organizations and memberships."""
+
+from app.core.module import FeatureModule
+from app.identity.handlers import CLERK_EVENTS
+from app.identity.models import AppUser, Workspace, WorkspaceMember
+
+MODULE = FeatureModule(
+    name="identity", webhook_handlers={"clerk": CLERK_EVENTS}, models=[Workspace, AppUser, WorkspaceMember]
+)

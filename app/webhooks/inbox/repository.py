@@ -1,0 +1,179 @@
+"""The inbox repository: the one door to ``webhook_event``, for intake, processing, crons, commands and pages.
+
+It runs the statements of ``inbox/sql.py`` on the driver connections of the
+shared SQLAlchemy pool: same pool, same database, a third of an ORM session's
+cost on the hot paths. A processing attempt runs its statements on the
+connection it holds (the attempt's lock lives on it), so those methods take
+that connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.db import Database, driver_connection
+from app.webhooks.inbox import sql
+
+Outcome = Literal["inserted", "reopened", "existing"]
+State = Literal["pending", "failed", "set_aside", "processed"]
+STATES: tuple[State, ...] = ("pending", "failed", "set_aside", "processed")
+
+
+def event_lock_key(row_id: int) -> int:
+    """The advisory lock an attempt holds on its event (and a set-aside takes to exclude one)."""
+    return sql.LOCK_BASE + row_id
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    row_id: int
+    outcome: Outcome
+    processed: bool
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An inbox row as operators see it; ``payload`` (the JSON text) only where asked for."""
+
+    id: int
+    provider: str
+    event_id: str
+    type: str
+    received_at: datetime
+    processed_at: datetime | None
+    attempts: int
+    last_error: str | None
+    abandoned_at: datetime | None
+    payload: str | None = None
+
+    @property
+    def state(self) -> State:
+        if self.processed_at is not None:
+            return "processed"
+        if self.abandoned_at is not None:
+            return "set_aside"
+        return "failed" if self.attempts else "pending"
+
+
+def _record(row: Any) -> EventRecord:
+    return EventRecord(**dict(row))
+
+
+class Inbox:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # Intake --------------------------------------------------------------------------------------------
+    async def store(self, provider: str, event_id: str, event_type: str, payload: str) -> StoredEvent:
+        """Insert the event once per (provider, event id), committed before this returns."""
+        async with driver_connection(self.db) as connection:
+            for _ in range(2):
+                row = await connection.fetchrow(sql.STORE, provider, event_id, event_type, payload)
+                if row is not None:
+                    return StoredEvent(row["id"], row["outcome"], row["processed"])
+                # A concurrent delivery inserted the row after this statement's snapshot: look again.
+        raise RuntimeError(f"Inbox row for {provider} event {event_id} neither inserted nor found")
+
+    # One processing attempt, on the connection that holds its lock -----------------------------------
+    @staticmethod
+    async def claim(driver: Any, row_id: int, idle_timeout: str) -> Any:
+        """Take the event's lock and count the attempt: ``got`` False (locked elsewhere), or the row (None: done)."""
+        return await driver.fetchrow(sql.CLAIM, row_id, event_lock_key(row_id), idle_timeout)
+
+    @staticmethod
+    async def mark_processed_and_unlock(session: AsyncSession, row_id: int) -> None:
+        """In the handler's transaction, so the handler's writes and ``processed_at`` commit together."""
+        await session.execute(sql.MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)})
+
+    @staticmethod
+    async def record_error(driver: Any, row_id: int, error: str, *, unlock: bool) -> None:
+        if unlock:
+            await driver.execute(sql.RECORD_ERROR_AND_UNLOCK, row_id, error, event_lock_key(row_id))
+        else:
+            await driver.execute(sql.RECORD_ERROR, row_id, error)
+
+    @staticmethod
+    async def set_aside_one(driver: Any, row_id: int, error: str) -> Any:
+        """Within the caller's transaction: the row set aside (to alert about before committing), or None."""
+        return await driver.fetchrow(sql.SET_ASIDE_ONE, row_id, error)
+
+    @staticmethod
+    async def unlock(driver: Any, row_id: int) -> None:
+        await driver.execute(sql.UNLOCK, event_lock_key(row_id))
+
+    # Crons --------------------------------------------------------------------------------------------
+    async def pending_page(self, received_before: datetime, after: tuple[datetime, int], limit: int) -> list[Any]:
+        """Unprocessed rows not set aside, oldest first, from after ``after`` (received_at, id)."""
+        async with driver_connection(self.db) as connection:
+            return list(await connection.fetch(sql.PENDING_PAGE, received_before, *after, limit))
+
+    @asynccontextmanager
+    async def setting_aside(self, row_ids: Sequence[int]) -> AsyncIterator[list[Any]]:
+        """The rows set aside, committed only when the block (their alerts) ends without an error.
+
+        A crash before the commit leaves them pending, so the next tick sets them
+        aside and alerts again: an alert may repeat, but is never lost. Rows a
+        running attempt holds are skipped; a concurrent tick waits on the row
+        locks, then finds them set aside.
+        """
+        async with driver_connection(self.db) as connection, connection.transaction():
+            yield list(await connection.fetch(sql.SET_ASIDE_EXHAUSTED, list(row_ids), event_lock_key(0)))
+
+    async def delete_processed_batch(self, processed_before: datetime, limit: int) -> int:
+        async with driver_connection(self.db) as connection:
+            status = await connection.execute(sql.DELETE_PROCESSED_BATCH, processed_before, limit)
+        return int(status.split()[-1])
+
+    async def reopen(self, row_id: int | None = None) -> list[int]:
+        """Give set-aside events (or the one) their attempts back; returns the reopened row ids."""
+        async with driver_connection(self.db) as connection:
+            return [row["id"] for row in await connection.fetch(sql.REOPEN, row_id)]
+
+    # Operators ------------------------------------------------------------------------------------------
+    async def page(
+        self,
+        *,
+        provider: str | None = None,
+        state: State | None = None,
+        event_type: str | None = None,
+        event_id: str | None = None,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[EventRecord]:
+        """Newest first; the next page starts ``before_id`` = the last id of this one."""
+        statement = sql.PAGE.format(state=sql.STATE_CONDITIONS[state] if state else "true")
+        async with driver_connection(self.db) as connection:
+            rows = await connection.fetch(statement, provider, event_type, event_id, limit, before_id)
+        return [_record(row) for row in rows]
+
+    async def find(self, identifier: str, provider: str | None = None) -> list[EventRecord]:
+        """By row id or provider event id."""
+        row_id = int(identifier) if identifier.isdigit() and len(identifier) < 19 else None
+        async with driver_connection(self.db) as connection:
+            return [_record(row) for row in await connection.fetch(sql.FIND, identifier, row_id, provider)]
+
+    async def get(self, row_id: int) -> EventRecord | None:
+        """One row with its payload (as stored, JSON text)."""
+        async with driver_connection(self.db) as connection:
+            row = await connection.fetchrow(sql.GET_WITH_PAYLOAD, row_id)
+        return _record(row) if row is not None else None
+
+    async def reset_for_replay(self, row_id: int) -> None:
+        """Make a processed (or any) event new again: unprocessed, not set aside, no attempts."""
+        async with driver_connection(self.db) as connection:
+            await connection.execute(sql.RESET_FOR_REPLAY, row_id)
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """Per provider: events pending, failed, set aside, and processed in the last 24 hours."""
+        async with driver_connection(self.db) as connection:
+            rows = await connection.fetch(sql.COUNTS)
+        counts: dict[str, dict[str, int]] = {}
+        for row in rows:
+            counts.setdefault(row["provider"], {})[row["state"]] = int(row["n"])
+        return counts

@@ -1,0 +1,153 @@
+"""Every SQL statement on ``webhook_event``, hand-written: intake and processing are the hot paths.
+
+Statements that target one row find it by its key, never through a partial
+index: "coalesce(...) IS NULL" / "num_nonnulls(...) = 1" say "processed_at IS
+NULL AND abandoned_at IS NULL" / "abandoned_at IS NOT NULL" in forms the
+planner cannot match to the partial indexes of pending or set-aside rows.
+Without fresh statistics it once chose them, and a backlog of N events cost
+O(N) per claim (``tests/webhooks/test_query_plans.py``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+# Advisory-lock keys of inbox rows: a constant high part keeps them apart from other users.
+LOCK_BASE = 0x5745 << 48
+
+# One round trip: insert; or, for a redelivery, reopen a set-aside row (exactly what retry-abandoned does
+# for it); or report the existing row.
+STORE = """
+WITH inserted AS (
+    INSERT INTO webhook_event (provider, event_id, type, payload)
+    VALUES ($1, $2, $3, $4::jsonb)
+    ON CONFLICT (provider, event_id) DO NOTHING
+    RETURNING id
+), reopened AS (
+    UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
+    WHERE provider = $1 AND event_id = $2 AND num_nonnulls(abandoned_at) = 1 AND processed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM inserted)
+    RETURNING id
+)
+SELECT id, 'inserted' AS outcome, false AS processed FROM inserted
+UNION ALL
+SELECT id, 'reopened', false FROM reopened
+UNION ALL
+SELECT id, 'existing', processed_at IS NOT NULL FROM webhook_event
+WHERE provider = $1 AND event_id = $2
+  AND NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM reopened)
+"""
+
+# --- One processing attempt, on the attempt's own connection --------------------------------------------
+# While the attempt holds the event's lock its session carries idle timeouts ($3): a worker frozen or cut off
+# mid-attempt loses its locks. Every statement that releases the lock clears them.
+_HOLD = "set_config('idle_session_timeout', $3, false), set_config('idle_in_transaction_session_timeout', $3, false)"
+_LET_GO = (
+    "set_config('idle_session_timeout', '0', false), set_config('idle_in_transaction_session_timeout', '0', false)"
+)
+# The claimed row comes back whole, its payload as text (decoded by us): the handler's event is built from it.
+CLAIM = f"""
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock($2) AS got),
+held AS MATERIALIZED (SELECT {_HOLD} FROM lock WHERE lock.got),
+counted AS (
+    UPDATE webhook_event SET attempts = attempts + 1
+    FROM lock
+    WHERE webhook_event.id = $1 AND lock.got
+      AND coalesce(webhook_event.processed_at, webhook_event.abandoned_at) IS NULL
+    RETURNING webhook_event.id, webhook_event.provider, webhook_event.event_id, webhook_event.type,
+              webhook_event.payload::text AS payload, webhook_event.received_at, webhook_event.attempts,
+              webhook_event.last_error
+)
+SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON true
+"""
+# In the handler's transaction. Reading from `marked` makes the row update (and its row lock, held until
+# COMMIT) happen before the unlock: a worker claiming the event in between waits, then sees it processed.
+MARK_PROCESSED_AND_UNLOCK = text(
+    f"""
+WITH marked AS (
+    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id RETURNING id
+)
+SELECT pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT count(*) FROM marked) AS done
+"""
+)
+RECORD_ERROR_AND_UNLOCK = f"""
+WITH recorded AS (UPDATE webhook_event SET last_error = $2 WHERE id = $1 RETURNING id)
+SELECT pg_advisory_unlock($3), {_LET_GO} FROM (SELECT count(*) FROM recorded) AS done
+"""
+RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
+SET_ASIDE_ONE = """
+UPDATE webhook_event SET abandoned_at = now(), last_error = $2
+WHERE id = $1 AND coalesce(processed_at, abandoned_at) IS NULL
+RETURNING provider, event_id, type, attempts, last_error
+"""
+UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
+
+# --- Crons ---------------------------------------------------------------------------------------------
+# Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
+PENDING_PAGE = """
+SELECT id, provider, event_id, type, attempts, last_error, received_at FROM webhook_event
+WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
+  AND received_at >= $2 AND (received_at > $2 OR id > $3)
+ORDER BY received_at, id
+LIMIT $4
+"""
+# The event's advisory lock (held by a running attempt) is taken for the transaction, so a set-aside never
+# races an attempt: a row being processed is skipped and looked at again on the next tick.
+SET_ASIDE_EXHAUSTED = """
+UPDATE webhook_event SET abandoned_at = now()
+WHERE id = ANY($1::bigint[]) AND coalesce(abandoned_at, processed_at) IS NULL
+  AND pg_try_advisory_xact_lock($2::bigint + id)
+RETURNING id, provider, event_id, type, attempts, last_error
+"""
+DELETE_PROCESSED_BATCH = """
+DELETE FROM webhook_event WHERE id IN (
+    SELECT id FROM webhook_event
+    WHERE processed_at IS NOT NULL AND processed_at < $1 AND abandoned_at IS NULL
+    ORDER BY processed_at
+    LIMIT $2
+)
+"""
+REOPEN = """
+UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
+WHERE abandoned_at IS NOT NULL AND processed_at IS NULL AND ($1::bigint IS NULL OR id = $1)
+RETURNING id
+"""
+
+# --- Operators (CLI, operations page) --------------------------------------------------------------------
+_RECORD = "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at"
+STATE_CONDITIONS = {
+    "pending": "processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0",
+    "failed": "processed_at IS NULL AND abandoned_at IS NULL AND attempts > 0",
+    "set_aside": "abandoned_at IS NOT NULL AND processed_at IS NULL",
+    "processed": "processed_at IS NOT NULL",
+}
+# Newest first, a page at a time by id ($5: the last id of the previous page); every filter optional.
+PAGE = f"""
+SELECT {_RECORD} FROM webhook_event
+WHERE ($1::text IS NULL OR provider = $1) AND ($2::text IS NULL OR type = $2)
+  AND ($3::text IS NULL OR event_id = $3) AND ($5::bigint IS NULL OR id < $5) AND {{state}}
+ORDER BY id DESC
+LIMIT $4
+"""
+FIND = f"""
+SELECT {_RECORD} FROM webhook_event
+WHERE (event_id = $1 OR id = $2) AND ($3::text IS NULL OR provider = $3)
+ORDER BY id
+"""
+GET_WITH_PAYLOAD = f"SELECT {_RECORD}, payload::text AS payload FROM webhook_event WHERE id = $1"
+RESET_FOR_REPLAY = """
+UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL WHERE id = $1
+"""
+# Per provider, through the partial indexes: cheap whatever the number of processed rows.
+COUNTS = """
+SELECT provider, 'pending' AS state, count(*) AS n FROM webhook_event
+WHERE processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0 GROUP BY provider
+UNION ALL
+SELECT provider, 'failed', count(*) FROM webhook_event
+WHERE processed_at IS NULL AND abandoned_at IS NULL AND attempts > 0 GROUP BY provider
+UNION ALL
+SELECT provider, 'set_aside', count(*) FROM webhook_event WHERE abandoned_at IS NOT NULL GROUP BY provider
+UNION ALL
+SELECT provider, 'processed_24h', count(*) FROM webhook_event
+WHERE processed_at IS NOT NULL AND processed_at > now() - interval '24 hours' GROUP BY provider
+"""
