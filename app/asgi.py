@@ -27,7 +27,7 @@ from app.core.settings import Settings, get_settings
 from app.runtime import API_MODULES, Runtime, all_modules, open_resources
 from app.worker.cli import worker_group
 
-logger = logging.getLogger("app.api")
+logger = logging.getLogger(__name__)
 # A statement of the API (intake's insert above all) that runs longer is cancelled by Postgres: 503, not a hang.
 API_STATEMENT_TIMEOUT_SECONDS = 5.0
 # GET /schema is the JSON document itself (also at /schema/openapi.json): no UI loaded from another host.

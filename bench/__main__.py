@@ -16,14 +16,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench import loadgen
+from bench import loadgen, phase_crons, phase_drain, phase_intake, phase_pipeline
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, MODES, ROOT, Mode, Run
 from bench.report import json_line, table
 
-PHASES = ("intake", "pipeline", "drain", "crons")
+PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
+    "intake": phase_intake.intake,
+    "pipeline": phase_pipeline.pipeline,
+    "drain": phase_drain.drain,
+    "crons": phase_crons.crons,
+}
 
 
 def _log(message: str) -> None:
@@ -52,7 +58,7 @@ async def _main(run: Run, phases: list[str]) -> None:
         for phase in phases:
             _log(f"{phase}:")
             started = time.perf_counter()
-            await getattr(run, phase)()
+            await PHASES[phase](run)
             _log(f"  ({time.perf_counter() - started:.0f} s)")
         run.results["api_rss_mb"] = run.processes.peak_rss_mb("api")
         run.results["worker_rss_mb"] = run.processes.peak_rss_mb("worker")

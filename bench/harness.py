@@ -33,7 +33,6 @@ from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.runtime import open_resources
 from app.testing.deliveries import generate_whsec
-from bench import phase_crons, phase_drain, phase_intake, phase_pipeline
 from bench.jobs import CREATE_ITEM_TABLE, BenchItem, BenchPingJob, ready_key
 from bench.processes import ROOT, Managed, Processes
 
@@ -110,20 +109,6 @@ class Run:
     cpu_ms: dict[str, float] = field(default_factory=dict)
     machine_cores: dict[str, float] = field(default_factory=dict)  # cores busy machine-wide during a drain
     pipeline_cores: dict[str, float] = field(default_factory=dict)  # ... by the workers, Postgres and Redis
-
-    # ------------------------------------------------------------------ phases
-
-    async def intake(self) -> None:
-        await phase_intake.intake(self)
-
-    async def pipeline(self) -> None:
-        await phase_pipeline.pipeline(self)
-
-    async def drain(self) -> None:
-        await phase_drain.drain(self)
-
-    async def crons(self) -> None:
-        await phase_crons.crons(self)
 
     # ------------------------------------------------------------------ set-up
 

@@ -11,9 +11,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from app.billing.jobs import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror, sync_refunds_of_charge
 from app.billing.stripe_gateway import stripe_gateway
+from app.identity.seats import set_member_limit
 from app.queue.errors import PermanentError
 from app.webhooks.handlers import EventRoutes, WebhookContext
 
@@ -35,13 +35,14 @@ def _object_link(context: WebhookContext, name: str) -> str:
 
 
 async def _after_sync(context: WebhookContext, result: BillingSync | None) -> None:
-    """A changed limit stages its job in the sync's transaction: it is queued exactly when the new limit commits."""
-    if result is not None and result.member_limit_changed:
-        await context.queue(
-            ApplyWorkspaceMemberLimitJob,
-            ApplyWorkspaceMemberLimitData(workspace_id=result.workspace_id),
-            # One job per event that changed the limit: never folded into a job that already read the old one.
-            deduplication_id=f"member-limit:{result.workspace_id}:{context.event.event_id}",
+    """Billing says how many seats are paid for; identity, which owns seats, applies a change after the commit."""
+    if result is not None:
+        await set_member_limit(
+            context.session,
+            context.resources.queue,
+            result.workspace_id,
+            result.paid_seats,
+            cause=context.event.event_id,
         )
 
 

@@ -51,25 +51,27 @@ _CUSTOMER_LOCK_CLASS = 0x5354
 
 @dataclass(frozen=True)
 class BillingSync:
+    """A workspace synced, and the seats its billing pays for (identity applies them: ``set_member_limit``)."""
+
     workspace_id: int
-    previous_member_limit: int
-    member_limit: int
-
-    @property
-    def member_limit_changed(self) -> bool:
-        return self.previous_member_limit != self.member_limit
+    paid_seats: int
 
 
-def billing_columns(billing: CustomerBilling, free_plan_member_limit: int) -> dict[str, Any]:
-    """The workspace's billing columns for what Stripe says now.
+def paid_seats(billing: CustomerBilling, free_plan_member_limit: int) -> int:
+    """The seat quantity of the newest current subscription, else the free plan's limit."""
+    current = next((s for s in billing.subscriptions if s.status in CURRENT_STATUSES), None)
+    seats = current.quantity if current is not None else None
+    return seats if seats is not None else free_plan_member_limit
+
+
+def billing_columns(billing: CustomerBilling) -> dict[str, Any]:
+    """The workspace's billing columns (billing's own) for what Stripe says now.
 
     The subscription shown is the newest current one, else the newest of any
-    state (so a cancellation stays visible); the member limit counts only a
-    current one's seats.
+    state (so a cancellation stays visible).
     """
     current = next((s for s in billing.subscriptions if s.status in CURRENT_STATUSES), None)
     shown = current or next(iter(billing.subscriptions), None)
-    seats = current.quantity if current is not None else None
     return {
         "subscription_id": shown.id if shown else None,
         "subscription_status": shown.status if shown else None,
@@ -77,7 +79,6 @@ def billing_columns(billing: CustomerBilling, free_plan_member_limit: int) -> di
         "seat_quantity": shown.quantity if shown else None,
         "current_period_end": shown.current_period_end if shown else None,
         "cancel_at_period_end": shown.cancel_at_period_end if shown else False,
-        "member_limit": seats if seats is not None else free_plan_member_limit,
     }
 
 
@@ -86,12 +87,11 @@ async def _sync_locked(
 ) -> BillingSync:
     assert workspace.stripe_customer_id is not None
     billing = await gateway.customer_billing(workspace.stripe_customer_id)
-    previous = workspace.member_limit
-    for name, value in billing_columns(billing, free_plan_member_limit).items():
+    for name, value in billing_columns(billing).items():
         setattr(workspace, name, value)
     workspace.billing_synced_at = datetime.now(UTC)
     await session.flush()
-    return BillingSync(workspace.id, previous, workspace.member_limit)
+    return BillingSync(workspace.id, paid_seats(billing, free_plan_member_limit))
 
 
 async def lock_customer(session: AsyncSession, customer_id: str) -> None:

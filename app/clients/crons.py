@@ -10,7 +10,7 @@ from app.clients.jobs import SendClientSummaryJob, SendClientSummaryJobData
 from app.identity.models import Workspace
 from app.queue.job import CronJob, CronTick
 
-logger = logging.getLogger("app.clients")
+logger = logging.getLogger(__name__)
 BATCH_SIZE = 500
 
 

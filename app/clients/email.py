@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-logger = logging.getLogger("app.clients.email")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

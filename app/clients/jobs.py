@@ -13,7 +13,7 @@ from app.queue.effects import perform_once
 from app.queue.job import Job
 from app.queue.queues import QueueName
 
-logger = logging.getLogger("app.clients")
+logger = logging.getLogger(__name__)
 
 
 class SendClientSummaryJobData(msgspec.Struct, frozen=True):

@@ -139,7 +139,3 @@ def configure_logging(settings: Settings) -> None:
     for name in ("uvicorn", "uvicorn.error", "arq"):
         logging.getLogger(name).handlers = []
         logging.getLogger(name).propagate = True
-
-
-def get_logger(name: str) -> Any:
-    return structlog.stdlib.get_logger(name)

@@ -9,7 +9,7 @@ import uuid
 import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-logger = logging.getLogger("app.access")
+logger = logging.getLogger(__name__)
 _HEADER = b"x-request-id"
 
 

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from app.identity.models import AppUser, Workspace, WorkspaceMember
+from app.identity.seats import apply_member_limit
 from app.identity.services import (
     ClerkChange,
     ClerkDeletion,
     apply_change,
     apply_deletion,
-    apply_member_limit,
     clerk_time,
     ensure_locked_workspace,
     ensure_row,
@@ -108,7 +108,7 @@ async def _membership(context: WebhookContext, action: str) -> None:
 
 async def _reassign_seats(context: WebhookContext, workspace_id: int) -> None:
     """A member joining a full workspace is suspended at once; one leaving frees a seat for the oldest suspended."""
-    if not context.resources.settings.stripe_enabled:  # member limits are a billing concept
+    if not context.resources.settings.stripe_enabled:  # without billing, no plan limits a workspace's members
         return
     result = await apply_member_limit(context.session, workspace_id, locked=True)
     if result.changed:

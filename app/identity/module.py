@@ -3,7 +3,11 @@
 from app.core.module import FeatureModule
 from app.identity.handlers import CLERK_EVENTS
 from app.identity.models import AppUser, Workspace, WorkspaceMember
+from app.identity.seats import ApplyWorkspaceMemberLimitJob
 
 MODULE = FeatureModule(
-    name="identity", webhook_handlers={"clerk": CLERK_EVENTS}, models=[Workspace, AppUser, WorkspaceMember]
+    name="identity",
+    jobs=[ApplyWorkspaceMemberLimitJob],
+    webhook_handlers={"clerk": CLERK_EVENTS},
+    models=[Workspace, AppUser, WorkspaceMember],
 )

@@ -156,36 +156,8 @@ async def ensure_row(session: AsyncSession, model: type[AppUser] | type[Workspac
     return int(row_id)
 
 
-@dataclass(frozen=True)
-class MemberLimitResult:
-    suspended: list[int] = field(default_factory=list)
-    restored: list[int] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.suspended or self.restored)
-
-
 _LOCK_WORKSPACE = text("SELECT id FROM workspace WHERE id = :workspace_id FOR UPDATE")
 _LOCK_WORKSPACE_BY_ORG = text("SELECT id FROM workspace WHERE clerk_org_id = :clerk_org_id FOR UPDATE")
-# One round trip: rank the active members by join time, then suspend those past the limit and lift
-# suspensions within it. It reads the members with its own snapshot, so the caller must hold the
-# workspace's row lock from an earlier statement: then it sees every change made under that lock.
-_APPLY_MEMBER_LIMIT = text(
-    """
-WITH ranked AS (
-    SELECT m.id, m.suspended_at IS NOT NULL AS suspended,
-           row_number() OVER (ORDER BY m.created_at, m.id) <= w.member_limit AS has_seat
-    FROM workspace_member m JOIN workspace w ON w.id = m.workspace_id
-    WHERE m.workspace_id = :workspace_id AND m.deleted_at IS NULL
-)
-UPDATE workspace_member m
-SET suspended_at = CASE WHEN ranked.has_seat THEN NULL ELSE now() END
-FROM ranked
-WHERE m.id = ranked.id AND ranked.has_seat = ranked.suspended
-RETURNING m.id, m.suspended_at IS NULL AS restored
-"""
-)
 
 
 async def lock_workspace(session: AsyncSession, workspace_id: int) -> bool:
@@ -206,20 +178,3 @@ async def ensure_locked_workspace(session: AsyncSession, clerk_org_id: str, **fi
         workspace_id = await ensure_row(session, Workspace, clerk_org_id, **fields)
         await lock_workspace(session, workspace_id)  # a concurrent first sighting may have inserted it
     return int(workspace_id)
-
-
-async def apply_member_limit(session: AsyncSession, workspace_id: int, *, locked: bool = False) -> MemberLimitResult:
-    """Active members beyond ``member_limit`` are suspended, newest first; suspensions lift oldest first.
-
-    Members are ordered by when they joined (Clerk's membership ``created_at``),
-    so the same members keep their seats whatever order the events came in.
-    Running it again changes nothing. ``locked``: this transaction already
-    holds the workspace's row lock.
-    """
-    if not locked and not await lock_workspace(session, workspace_id):
-        return MemberLimitResult()
-    changed = (await session.execute(_APPLY_MEMBER_LIMIT, {"workspace_id": workspace_id})).all()
-    return MemberLimitResult(
-        suspended=sorted(row.id for row in changed if not row.restored),
-        restored=sorted(row.id for row in changed if row.restored),
-    )

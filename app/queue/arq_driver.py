@@ -25,7 +25,7 @@ from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.resources import JobState
 from app.core.settings import Settings
-from app.queue.encoded import EncodedJob, encode_job
+from app.queue.encoded import EncodedJob, encode_job, namespaced
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 def queue_key(settings: Settings, queue: str) -> str:
-    return f"{settings.redis_namespace}{queue}"
+    return namespaced(settings, queue)
 
 
 def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> ArqRedis:
@@ -146,7 +146,7 @@ class ArqQueue:
         )
 
     async def state(self, deduplication_id: str) -> JobState:
-        job_id = self.settings.redis_namespace + deduplication_id
+        job_id = namespaced(self.settings, deduplication_id)
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.exists(in_progress_key_prefix + job_id)

@@ -11,6 +11,7 @@ from litestar import Litestar
 from app.core.commands import command_group, command_runtime, run_with_resources
 from app.core.resources import Resources
 from app.queue.crons import cron_job_id, last_runs, next_tick
+from app.queue.encoded import namespaced
 from app.queue.execution import run_attempt
 from app.queue.job import CronJob, CronTick, JobContext
 from app.queue.registry import JobRegistry
@@ -67,6 +68,6 @@ def run_command(app: Litestar, name: str) -> None:
 async def run_cron_now(resources: Resources, cron_cls: type[CronJob]) -> None:
     """A manual tick: its slot is now, so it never collides with a scheduled one."""
     slot = datetime.now(UTC)
-    job_id = resources.settings.redis_namespace + cron_job_id(cron_cls.name(), slot, manual=True)
+    job_id = namespaced(resources.settings, cron_job_id(cron_cls.name(), slot, manual=True))
     context = JobContext(resources, job_id, 1, 0, cron_cls.queue)
     await run_attempt(context, cron_cls, cron_cls.encode_data(CronTick(slot=slot)), may_retry=False)

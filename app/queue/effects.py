@@ -31,7 +31,7 @@ from app.core.db import Database
 from app.queue.errors import RetryLater
 from app.queue.models import SideEffectClaim
 
-logger = logging.getLogger("app.queue.effects")
+logger = logging.getLogger(__name__)
 BUSY_RETRY_SECONDS = 10.0
 FRESH_CLAIM_SECONDS = 30.0
 LOCK_NOT_AVAILABLE = "55P03"

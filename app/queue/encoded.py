@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from app.core.settings import Settings
 
 
+def namespaced(settings: Settings, key: str) -> str:
+    """A job id or queue name as Redis holds it: prefixed with ``REDIS_NAMESPACE`` (tests and apps share Redis)."""
+    return settings.redis_namespace + key
+
+
 @dataclass(frozen=True)
 class EncodedJob:
     name: str
@@ -59,7 +64,7 @@ def encode_job(
     return EncodedJob(
         name=job_cls.name(),
         queue=str(job_cls.queue),
-        job_id=settings.redis_namespace + (deduplication_id or uuid.uuid4().hex),
+        job_id=namespaced(settings, deduplication_id or uuid.uuid4().hex),
         data=raw,
         retry_limit=limit,
         run_at_ms=now + (to_ms(delay) or 0),

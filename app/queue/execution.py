@@ -24,7 +24,7 @@ from app.queue.errors import PermanentError
 from app.queue.job import CronJob, CronTick, Job, JobContext
 from app.queue.retry import retry_delay
 
-logger = logging.getLogger("app.queue.jobs")
+logger = logging.getLogger(__name__)
 # We report each failed try ourselves, with tags and a fingerprint: Sentry's
 # logging integration must not send the same failure a second time.
 ignore_logger(logger.name)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from app.core.db import Database
     from app.core.resources import MessageQueue
 
-logger = logging.getLogger("app.queue.outbox")
+logger = logging.getLogger(__name__)
 
 RELAY_BATCH = 100
 RELAY_INTERVAL_SECONDS = 0.5

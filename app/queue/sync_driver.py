@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.db import Database
 from app.core.resources import JobState
 from app.core.settings import Settings
-from app.queue.encoded import EncodedJob, encode_job
+from app.queue.encoded import EncodedJob, encode_job, namespaced
 from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
@@ -105,7 +105,7 @@ class SyncQueue:
         return job_cls
 
     async def state(self, deduplication_id: str) -> JobState:
-        job_id = self.settings.redis_namespace + deduplication_id
+        job_id = namespaced(self.settings, deduplication_id)
         return "in_progress" if job_id in self._running else "absent"
 
     async def close(self) -> None:

@@ -27,7 +27,7 @@ from app.queue.serialization import deserialize, serialize
 if TYPE_CHECKING:
     from app.core.resources import Resources
 
-logger = logging.getLogger("app.worker")
+logger = logging.getLogger(__name__)
 
 # Our own timeout (Job.retry_policy().timeout_seconds) ends a try as a retried
 # error; arq's, a little later, is only the backstop for a job that ignores

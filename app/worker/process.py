@@ -37,7 +37,7 @@ from app.queue.scheduler import CronScheduler
 from app.worker.arq_worker import build_arq_worker, quiet_arq_logs
 from app.worker.startup import check_redis_policy, log_loaded, report_unserved_queues
 
-logger = logging.getLogger("app.worker")
+logger = logging.getLogger(__name__)
 RECONNECT_FIRST_DELAY_SECONDS = 0.5
 RECONNECT_MAX_DELAY_SECONDS = 5.0
 CANCELLED_JOBS_FINISH_SECONDS = 10.0

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from app.core.resources import Resources
     from app.core.settings import Settings
 
-logger = logging.getLogger("app.worker")
+logger = logging.getLogger(__name__)
 
 
 def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJob]], resources: Resources) -> None:

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from app.billing.jobs import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.core.resources import Resources
 from app.identity.models import Workspace, WorkspaceMember
+from app.identity.seats import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.queue.models import JobOutbox
 from app.testing import process_delivery
 from app.testing.processes import free_port

@@ -69,7 +69,7 @@ async def test_json_log_lines_carry_the_request_id(
         response = await client.get("/health", headers={"X-Request-ID": "req-42"})
     assert response.status_code == 200
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
-    access: list[dict[str, Any]] = [line for line in lines if line.get("logger") == "app.access"]
+    access: list[dict[str, Any]] = [line for line in lines if line.get("logger") == "app.core.request_context"]
     assert access, lines
     assert access[-1]["request_id"] == "req-42"
     assert access[-1]["status"] == 200
