@@ -13,14 +13,16 @@ JITTER = 0.2
 MAX_RETRY_LATER_SECONDS = 24 * 3600.0
 
 
+def _doubling(policy: RetryPolicy, attempt: int) -> float:
+    """Base, 2x base, 4x base... for ``attempt`` 1, 2, 3... (the exponent capped so it cannot overflow)."""
+    return policy.backoff_base_seconds * 2.0 ** min(max(attempt - 1, 0), 64)
+
+
 def backoff_seconds(
     policy: RetryPolicy, attempt: int, *, uniform: Callable[[float, float], float] = random.uniform
 ) -> float:
-    """Delay before the try after ``attempt`` (1-based): base, 2x base, 4x base... +-20%, never over the cap."""
-    exponent = max(attempt - 1, 0)
-    # Cap before multiplying out so a large attempt number cannot overflow.
-    raw = policy.backoff_base_seconds * 2.0 ** min(exponent, 64)
-    return min(policy.backoff_cap_seconds, raw * uniform(1 - JITTER, 1 + JITTER))
+    """Delay before the try after ``attempt`` (1-based): doubling from the base, +-20%, never over the cap."""
+    return min(policy.backoff_cap_seconds, _doubling(policy, attempt) * uniform(1 - JITTER, 1 + JITTER))
 
 
 def retry_delay(policy: RetryPolicy, attempt: int, exc: BaseException) -> float:
@@ -33,8 +35,5 @@ def expires_after_seconds(policy: RetryPolicy, retry_limit: int, delay_seconds: 
     """How long the queued job must live in Redis to survive every retry (arq does not refresh it)."""
     budget = delay_seconds + 24 * 3600.0
     for attempt in range(1, retry_limit + 1):
-        budget += min(policy.backoff_cap_seconds, policy.backoff_base_seconds * 2.0 ** min(attempt - 1, 64)) * (
-            1 + JITTER
-        )
-        budget += policy.timeout_seconds
+        budget += backoff_seconds(policy, attempt, uniform=lambda _, high: high) + policy.timeout_seconds
     return budget
