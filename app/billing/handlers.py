@@ -48,8 +48,16 @@ async def _after_sync(context: WebhookContext, result: BillingSync | None) -> No
 
 async def _customer_changed(context: WebhookContext) -> None:
     customer_id = _object_link(context, "customer")
-    gateway, free_limit = stripe_gateway(context.resources), context.resources.settings.free_plan_member_limit
-    await _after_sync(context, await sync_customer(context.session, gateway, customer_id, free_limit))
+    settings = context.resources.settings
+    received_at = context.event.received_at if settings.billing_coalesce_reads else None
+    result = await sync_customer(
+        context.session,
+        stripe_gateway(context.resources),
+        customer_id,
+        settings.free_plan_member_limit,
+        received_at=received_at,
+    )
+    await _after_sync(context, result)
 
 
 async def _checkout_completed(context: WebhookContext) -> None:

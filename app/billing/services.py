@@ -30,7 +30,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.billing.models import BillingDispute, BillingFraudWarning, BillingRefund, StripeMirrorColumns
-from app.billing.stripe_gateway import Charge, CustomerBilling, MirroredObject, MirrorKind, StripeGateway
+from app.billing.stripe_gateway import StripeGateway
+from app.billing.stripe_objects import Charge, CustomerBilling, MirroredObject, MirrorKind
 from app.identity.models import Workspace
 from app.queue.errors import PermanentError
 
@@ -85,13 +86,30 @@ def billing_columns(billing: CustomerBilling) -> dict[str, Any]:
 async def _sync_locked(
     session: AsyncSession, workspace: Workspace, gateway: StripeGateway, free_plan_member_limit: int
 ) -> BillingSync:
+    """Read Stripe and write what it says; ``billing_synced_at`` is when the read began, by the database's clock.
+
+    The database's clock, the one ``received_at`` is stamped with: a worker's
+    own clock running ahead would let an event skip a read it needed.
+    """
     assert workspace.stripe_customer_id is not None
+    read_from = await session.scalar(select(func.clock_timestamp()))
     billing = await gateway.customer_billing(workspace.stripe_customer_id)
     for name, value in billing_columns(billing).items():
         setattr(workspace, name, value)
-    workspace.billing_synced_at = datetime.now(UTC)
+    workspace.billing_synced_at = read_from
     await session.flush()
     return BillingSync(workspace.id, paid_seats(billing, free_plan_member_limit))
+
+
+def read_since(workspace: Workspace, received_at: datetime | None) -> bool:
+    """Whether a read of the workspace's customer began after an event arrived: then it already holds its change.
+
+    Stripe sends an event after the change it reports, so a read that began
+    later saw the change. Syncs of a workspace run one after the other under its
+    lock, so a burst of events about one customer costs one read, not one each.
+    """
+    synced = workspace.billing_synced_at
+    return received_at is not None and synced is not None and synced >= received_at
 
 
 async def lock_customer(session: AsyncSession, customer_id: str) -> None:
@@ -109,15 +127,31 @@ async def lock_customer(session: AsyncSession, customer_id: str) -> None:
 
 
 async def sync_customer(
-    session: AsyncSession, gateway: StripeGateway, customer_id: str, free_plan_member_limit: int
+    session: AsyncSession,
+    gateway: StripeGateway,
+    customer_id: str,
+    free_plan_member_limit: int,
+    *,
+    received_at: datetime | None = None,
 ) -> BillingSync | None:
-    """Copy the customer's current billing state onto its workspace, under the workspace's row lock."""
+    """Copy the customer's current billing state onto its workspace, under the workspace's row lock.
+
+    ``received_at``: when the event asking for it arrived; if a read began
+    since, nothing is read (``read_since``) and None is returned, as when the
+    customer is linked to no workspace.
+    """
     await lock_customer(session, customer_id)
     workspace = await session.scalar(
-        select(Workspace).where(Workspace.stripe_customer_id == customer_id).with_for_update()
+        select(Workspace)
+        .where(Workspace.stripe_customer_id == customer_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     )
     if workspace is None:
         logger.info("Stripe customer %s is linked to no workspace: nothing to sync.", customer_id)
+        return None
+    if read_since(workspace, received_at):
+        logger.info("Stripe customer %s was read after this event arrived: no new read.", customer_id)
         return None
     return await _sync_locked(session, workspace, gateway, free_plan_member_limit)
 

@@ -43,6 +43,13 @@ def choice(*allowed: str, upper: bool = False) -> Parser:
     return parse
 
 
+def flag(name: str, raw: str) -> bool:
+    value = raw.lower()
+    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise SettingsError(f"{name}={raw!r} is not valid: use true or false.")
+    return value in ("true", "1", "yes", "on")
+
+
 def whole(minimum: int = 0, maximum: int | None = None) -> Parser:
     def parse(name: str, raw: str) -> int:
         try:

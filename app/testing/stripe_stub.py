@@ -50,6 +50,17 @@ def _answer(status: int, body: dict[str, Any], headers: dict[str, str] | None = 
     return Response(body, status_code=status, headers={"Request-Id": f"req_{secrets.token_hex(7)}", **(headers or {})})
 
 
+def _array(request: Request[Any, Any, Any], name: str) -> list[str]:
+    """A list parameter as Stripe's SDK encodes it (``types[0]=a&types[1]=b``) or as ``types[]=a``."""
+    prefix = f"{name}["
+    return [value for key, value in request.query_params.multi_items() if key.startswith(prefix) and key.endswith("]")]
+
+
+def _rate_limited(retry_after: int) -> Response[Any]:
+    body = {"error": {"type": "invalid_request_error", "code": "rate_limit", "message": _RATE_LIMIT}}
+    return _answer(429, body, {"Retry-After": str(retry_after)})
+
+
 def _error(status: int, message: str, type_: str = "invalid_request_error", **extra: str) -> Response[Any]:
     """Stripe's error body: the SDK picks its exception class by status, type and code."""
     return _answer(status, {"error": {"type": type_, "message": message, **extra}})
@@ -113,6 +124,8 @@ class StripeStub(StripeStubState):
         self._log_request(request.method, request.url.path)
         if not request.headers.get("authorization", "").startswith(("Bearer sk_", "Bearer rk_")):
             return _error(401, "You did not provide a valid API key. Use 'Authorization: Bearer sk_...'.")
+        if self._over_rate_limit():
+            return _rate_limited(1)
         fault = self._take_fault(request.url.path)
         if fault is None:
             return None
@@ -120,14 +133,15 @@ class StripeStub(StripeStubState):
             await asyncio.sleep(fault.seconds)
             return None
         if fault.mode == "rate_limit":
-            body = {"error": {"type": "invalid_request_error", "code": "rate_limit", "message": _RATE_LIMIT}}
-            return _answer(429, body, {"Retry-After": str(fault.retry_after)})
+            return _rate_limited(fault.retry_after)
         return _error(fault.status, "An unknown error occurred (stub fault).", "api_error")
 
-    def _retrieve(self, kind: str, object_id: str) -> Response[Any]:
+    def _retrieve(self, kind: str, object_id: str, expand: list[str] | None = None) -> Response[Any]:
         body = self._find(kind, object_id)
         if body is None:
             return _error(404, f"No such {kind}: '{object_id}'", code="resource_missing", param="id")
+        if kind == "customer" and "subscriptions" in (expand or []) and not body.get("deleted"):
+            body = self._expanded_customer(body)
         return _answer(200, body)
 
     def _list_subscriptions(self, customer: str | None, status: str | None, limit: int) -> Response[Any]:
@@ -147,8 +161,8 @@ class StripeStub(StripeStubState):
         return _answer(200, body)
 
     def _retrieve_handler(self, kind: str) -> HTTPRouteHandler:
-        async def retrieve(object_id: FromPath[str]) -> Response[Any]:
-            return self._retrieve(kind, object_id)
+        async def retrieve(object_id: FromPath[str], request: Request[Any, Any, Any]) -> Response[Any]:
+            return self._retrieve(kind, object_id, _array(request, "expand"))
 
         return get(f"/{SEGMENTS[kind]}/{{object_id:str}}", name=f"retrieve {kind}")(retrieve)
 
@@ -164,7 +178,24 @@ class StripeStub(StripeStubState):
         async def gate(request: Request[Any, Any, Any]) -> Response[Any] | None:
             return await self._gate(request)  # a closure: Litestar deep-copies bound methods (and the lock)
 
-        handlers = [list_subscriptions, *(self._retrieve_handler(kind) for kind in SEGMENTS)]
+        @get("/events")
+        async def list_events(request: Request[Any, Any, Any]) -> Response[Any]:
+            query = request.query_params
+
+            def number(name: str) -> int | None:
+                value = query.get(name)
+                return int(value) if value is not None else None
+
+            listed = self._list_events(
+                number("created[gte]"),
+                number("created[lte]"),
+                _array(request, "types"),
+                number("limit") or 10,
+                query.get("starting_after"),
+            )
+            return _answer(200, listed)
+
+        handlers = [list_subscriptions, list_events, *(self._retrieve_handler(kind) for kind in SEGMENTS)]
         return Router("/v1", route_handlers=handlers, before_request=gate)
 
     def _control_router(self) -> Router:
@@ -184,7 +215,11 @@ class StripeStub(StripeStubState):
 
         handlers = [
             command("/state", lambda **body: self.apply_state(body)),
-            *(command(f"/{name}", getattr(self, name)) for name in ("remove", "fail", "rate_limit", "slow", "reset")),
+            command("/event", lambda **body: self.put_event(body["event"])),
+            *(
+                command(f"/{name}", getattr(self, name))
+                for name in ("remove", "fail", "rate_limit", "slow", "reset", "enforce_rate_limit")
+            ),
             requests,
         ]
         return Router("/_stub", route_handlers=handlers)

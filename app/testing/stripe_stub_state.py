@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.testing.deliveries import stripe_object, stripe_subscription
+from app.testing.stripe_stub_lists import StripeStubLists
 
 __all__ = ["SEGMENTS", "StripeStubState"]
 
@@ -26,6 +27,7 @@ SEGMENTS: dict[str, str] = {
     "refund": "refunds",
     "charge": "charges",
     "radar.early_fraud_warning": "radar/early_fraud_warnings",
+    "event": "events",
 }
 _ALIASES = {"checkout_session": "checkout.session", "early_fraud_warning": "radar.early_fraud_warning"}
 _REQUEST_LOG_SIZE = 100_000  # bounded so a long soak run cannot grow it without end
@@ -48,7 +50,7 @@ def _kind(name: str) -> str:
     return kind
 
 
-class StripeStubState:
+class StripeStubState(StripeStubLists):
     """The stub's objects, fault schedule and request log.
 
     Every method is thread-safe: tests call them while the server thread answers.
@@ -59,6 +61,7 @@ class StripeStubState:
         self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in SEGMENTS}
         self._faults: list[_Fault] = []
         self._requests: deque[tuple[str, str]] = deque(maxlen=_REQUEST_LOG_SIZE)
+        self._init_lists()
 
     # state -------------------------------------------------------------
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +156,7 @@ class StripeStubState:
                 objects.clear()
             self._faults.clear()
             self._requests.clear()
+        self._reset_lists()
 
     # reads for the server ----------------------------------------------
     def _log_request(self, method: str, path: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.resources import Resources
 from app.webhooks.client_ip import rate_limit_key
 from app.webhooks.guards import VerifiedDelivery
@@ -20,7 +21,6 @@ from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from app.webhooks.payload import encode_for_inbox
 from app.webhooks.providers.base import WebhookProvider
-from app.webhooks.rate_limit import SlidingWindowRateLimiter
 from app.webhooks.refusals import Refusal, RefusalLog
 
 logger = logging.getLogger(__name__)

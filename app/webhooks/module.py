@@ -8,6 +8,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app.core.module import FeatureModule
+from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.webhooks.cli import webhooks_group
@@ -18,7 +19,6 @@ from app.webhooks.intake import WebhookIntake
 from app.webhooks.jobs import ProcessWebhookEventJob
 from app.webhooks.models import WebhookEvent
 from app.webhooks.providers import PROVIDERS, WebhookProvider
-from app.webhooks.rate_limit import SlidingWindowRateLimiter
 from app.webhooks.refusals import RefusalLog
 
 # A hung Redis may delay a webhook by at most this much in the rate limiter (then it fails open).

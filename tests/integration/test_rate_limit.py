@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.redis import make_redis as make_app_redis
 from app.webhooks.module import RATE_LIMIT_REDIS_TIMEOUT_SECONDS
-from app.webhooks.rate_limit import SlidingWindowRateLimiter
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-LIMITER_LOGGER = "app.webhooks.rate_limit"
+LIMITER_LOGGER = "app.core.rate_limit"
 
 
 def make_redis(url: str = REDIS_URL) -> Redis:

@@ -1,0 +1,91 @@
+"""What the Stripe stub lists and how fast it lets clients call: ``/v1/events``, expanded lists, a rate limit.
+
+A mixin of ``StripeStubState`` (its objects and lock): ``put_event`` stores an
+event the API lists (and a webhook may never have delivered), ``enforce_rate_limit``
+makes every /v1 request past N in any one second answer 429, as Stripe does.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from typing import Any
+
+# Subscriptions a customer's ``subscriptions`` list (expanded) leaves out, as Stripe does.
+_ENDED = frozenset({"canceled", "incomplete_expired"})
+
+
+class StripeStubLists:
+    """Needs ``self._lock`` and ``self._objects`` (the state's); every method is thread-safe."""
+
+    _lock: threading.Lock
+    _objects: dict[str, dict[str, dict[str, Any]]]
+
+    def _init_lists(self) -> None:
+        self._rate_limit: int | None = None
+        self._recent: deque[float] = deque()
+        self.rate_limited = 0
+        """How many requests the enforced rate limit answered with 429 (since the last reset)."""
+
+    # events ------------------------------------------------------------------
+    def put_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """An event the Events API lists (``stripe_event(...)`` builds one); its ``created`` orders the list."""
+        stored = copy.deepcopy(event)
+        with self._lock:
+            self._objects["event"][str(stored["id"])] = stored
+        return copy.deepcopy(stored)
+
+    def _list_events(
+        self, created_gte: int | None, created_lte: int | None, types: list[str], limit: int, starting_after: str | None
+    ) -> dict[str, Any]:
+        """Newest first (``created``, then the latest put), as Stripe pages them."""
+        with self._lock:
+            events = [copy.deepcopy(e) for e in reversed(self._objects["event"].values())]
+        events.sort(key=lambda event: int(event["created"]), reverse=True)
+        events = [
+            event
+            for event in events
+            if (not types or event["type"] in types)
+            and (created_gte is None or int(event["created"]) >= created_gte)
+            and (created_lte is None or int(event["created"]) <= created_lte)
+        ]
+        if starting_after is not None:
+            ids = [event["id"] for event in events]
+            events = events[ids.index(starting_after) + 1 :] if starting_after in ids else []
+        return {"object": "list", "data": events[:limit], "has_more": len(events) > limit, "url": "/v1/events"}
+
+    def _expanded_customer(self, customer: dict[str, Any]) -> dict[str, Any]:
+        """``expand[]=subscriptions``: the customer's subscriptions that have not ended, newest first."""
+        with self._lock:
+            subs = [copy.deepcopy(s) for s in reversed(self._objects["subscription"].values())]
+        current = [s for s in subs if s.get("customer") == customer["id"] and s.get("status") not in _ENDED]
+        url = f"/v1/customers/{customer['id']}/subscriptions"
+        return {**customer, "subscriptions": {"object": "list", "data": current, "has_more": False, "url": url}}
+
+    # rate limit ----------------------------------------------------------------
+    def enforce_rate_limit(self, per_second: int | None) -> None:
+        """Every /v1 request beyond ``per_second`` in any one-second window answers 429 (None: no limit)."""
+        with self._lock:
+            self._rate_limit = per_second
+            self._recent.clear()
+
+    def _over_rate_limit(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if self._rate_limit is None:
+                return False
+            while self._recent and self._recent[0] <= now - 1.0:
+                self._recent.popleft()
+            if len(self._recent) >= self._rate_limit:
+                self.rate_limited += 1
+                return True
+            self._recent.append(now)
+            return False
+
+    def _reset_lists(self) -> None:
+        with self._lock:
+            self._rate_limit = None
+            self._recent.clear()
+            self.rate_limited = 0
