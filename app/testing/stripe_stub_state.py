@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,7 @@ class StripeStubState(StripeStubLists):
         self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in SEGMENTS}
         self._faults: list[_Fault] = []
         self._requests: deque[tuple[str, str]] = deque(maxlen=_REQUEST_LOG_SIZE)
+        self._request_times: deque[float] = deque(maxlen=_REQUEST_LOG_SIZE)
         self._init_lists()
 
     # state -------------------------------------------------------------
@@ -145,6 +147,12 @@ class StripeStubState(StripeStubLists):
 
     # request log and reset ---------------------------------------------
     @property
+    def request_times(self) -> list[float]:
+        """When each /v1 request arrived (``time.monotonic()``), in the order of ``requests``; a copy."""
+        with self._lock:
+            return list(self._request_times)
+
+    @property
     def requests(self) -> list[tuple[str, str]]:
         """The (method, path) of each /v1 request, oldest first (the last 100,000); a copy."""
         with self._lock:
@@ -156,12 +164,14 @@ class StripeStubState(StripeStubLists):
                 objects.clear()
             self._faults.clear()
             self._requests.clear()
+            self._request_times.clear()
         self._reset_lists()
 
     # reads for the server ----------------------------------------------
     def _log_request(self, method: str, path: str) -> None:
         with self._lock:
             self._requests.append((method, path))
+            self._request_times.append(time.monotonic())
 
     def _find(self, kind: str, object_id: str) -> dict[str, Any] | None:
         """A copy of the stored object, or None."""
