@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from app.billing.events_api import StripeEventSource
 from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror, sync_refunds_of_charge
 from app.billing.stripe_gateway import stripe_gateway
 from app.identity.seats import set_member_limit
@@ -86,7 +87,7 @@ async def _fraud_warning_changed(context: WebhookContext) -> None:
 
 
 # SPEC section 10's list: the Stripe events billing handles, and so the ones the intake stores.
-STRIPE_EVENTS = EventRoutes(
+_ROUTES = EventRoutes(
     {
         "checkout.session.completed": _checkout_completed,
         "customer.subscription.*": _customer_changed,
@@ -98,3 +99,5 @@ STRIPE_EVENTS = EventRoutes(
         "radar.early_fraud_warning.*": _fraud_warning_changed,
     }
 )
+# With the Events API as its backfill source (only the types routed above are asked for).
+STRIPE_EVENTS = EventRoutes(_ROUTES.routes, backfill=StripeEventSource(_ROUTES.handles))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 import click
 from litestar import Litestar
 
-from app.core.commands import command_group, run_with_resources
+from app.core.commands import command_group, command_runtime, run_with_resources
 from app.core.resources import Resources
 from app.webhooks import operations
+from app.webhooks.backfill import backfill, event_sources, parse_since, parse_time
 from app.webhooks.inbox import STATES, EventRecord, Inbox, State
 from app.webhooks.operations import OperatorError, Outcome
 
@@ -77,3 +79,29 @@ def retry_command(app: Litestar, identifier: str, provider: str | None) -> None:
 @click.option("--provider", help="Needed only when an event id exists for two providers.")
 def replay_command(app: Litestar, identifier: str, provider: str | None) -> None:
     _run(app, operations.replay, identifier, provider)
+
+
+@webhooks_group.command(name="backfill", help="Store the events PROVIDER lists but the inbox never received.")
+@click.argument("provider")
+@click.option(
+    "--since", default="72h", show_default=True, help="A duration back from now (72h, 30m, 7d) or an ISO time."
+)
+@click.option("--until", "until_", default=None, help="An ISO time (default: now).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be stored.")
+def backfill_command(app: Litestar, provider: str, since: str, until_: str | None, dry_run: bool) -> None:
+    now = datetime.now(UTC)
+    try:
+        window = (parse_since(since, now), parse_time(until_) if until_ else now)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    sources = event_sources(command_runtime(app).worker_modules)
+    if provider not in sources:
+        raise click.ClickException(
+            f"No backfill for {provider!r}: providers with an events API: {', '.join(sources) or 'none'}."
+        )
+
+    async def work(resources: Resources) -> str:
+        report = await backfill(resources, provider, sources[provider], *window, dry_run=dry_run)
+        return report.summary()
+
+    click.echo(run_with_resources(app, work))

@@ -1,10 +1,12 @@
-"""The inbox's crons; their patterns come from settings (WEBHOOK_RECOVERY_CRON, WEBHOOK_RETENTION_CRON)."""
+"""The inbox's crons; their patterns come from settings (WEBHOOK_RECOVERY_CRON, _RETENTION_CRON, _BACKFILL_CRON)."""
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from app.queue.job import CronJob, CronTick, FromSetting
+from app.webhooks.backfill import DELIVERY_GRACE, backfill, event_sources
 from app.webhooks.maintenance import delete_old_processed, recover
 
 logger = logging.getLogger(__name__)
@@ -33,3 +35,19 @@ class WebhookRetentionCronJob(CronJob):
     async def handle(self, data: CronTick) -> None:
         deleted = await delete_old_processed(self.resources)
         logger.info("Webhook retention: deleted %s processed events.", deleted)
+
+
+class WebhookBackfillCronJob(CronJob):
+    """Stores the events a provider lists but the inbox never received (lost upstream), and alerts once."""
+
+    pattern = FromSetting("webhook_backfill_cron")
+
+    async def handle(self, data: CronTick) -> None:
+        settings = self.resources.settings
+        until = data.slot - DELIVERY_GRACE  # younger ones are still on their way
+        since = until - timedelta(hours=settings.webhook_backfill_lookback_hours)
+        for provider, source in event_sources(self.resources.modules).items():
+            if provider == "stripe" and not settings.stripe_enabled:
+                continue
+            report = await backfill(self.resources, provider, source, since, until)
+            logger.info("Webhook backfill: %s", report.summary())

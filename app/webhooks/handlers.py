@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.queue.job import Job
+from app.webhooks.event_source import EventSource
 from app.webhooks.models import WebhookEvent
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class EventRoutes:
     """
 
     routes: Mapping[str, WebhookHandler]
+    backfill: EventSource | None = None
+    """The provider's list of recent events, if it has one: the backfill asks it for events never delivered."""
 
     def handler_for(self, event_type: str) -> WebhookHandler | None:
         if event_type in self.routes:

@@ -13,7 +13,7 @@ from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.webhooks.cli import webhooks_group
 from app.webhooks.controllers import webhook_route
-from app.webhooks.crons import WebhookRecoveryCronJob, WebhookRetentionCronJob
+from app.webhooks.crons import WebhookBackfillCronJob, WebhookRecoveryCronJob, WebhookRetentionCronJob
 from app.webhooks.handlers import handled_types
 from app.webhooks.intake import WebhookIntake
 from app.webhooks.jobs import ProcessWebhookEventJob
@@ -55,7 +55,7 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
         name="webhooks",
         route_factory=routes,
         jobs=[ProcessWebhookEventJob],
-        crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob],
+        crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob, WebhookBackfillCronJob],
         cli_groups=[webhooks_group],
         models=[WebhookEvent],
     )

@@ -158,6 +158,14 @@ class Inbox:
         async with driver_connection(self.db) as connection:
             return [_record(row) for row in await connection.fetch(sql.FIND, identifier, row_id, provider)]
 
+    async def missing(self, provider: str, event_ids: Sequence[str]) -> set[str]:
+        """The event ids of ``provider`` the inbox holds no row for (set aside or processed count as held)."""
+        if not event_ids:
+            return set()
+        async with driver_connection(self.db) as connection:
+            present = {row["event_id"] for row in await connection.fetch(sql.PRESENT, provider, list(event_ids))}
+        return set(event_ids) - present
+
     async def get(self, row_id: int) -> EventRecord | None:
         """One row with its payload (as stored, JSON text)."""
         async with driver_connection(self.db) as connection:

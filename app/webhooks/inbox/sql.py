@@ -134,6 +134,8 @@ SELECT {_RECORD} FROM webhook_event
 WHERE (event_id = $1 OR id = $2) AND ($3::text IS NULL OR provider = $3)
 ORDER BY id
 """
+# Which of these events are in the inbox (by the unique key): the backfill stores the others.
+PRESENT = "SELECT event_id FROM webhook_event WHERE provider = $1 AND event_id = ANY($2::text[])"
 GET_WITH_PAYLOAD = f"SELECT {_RECORD}, payload::text AS payload FROM webhook_event WHERE id = $1"
 RESET_FOR_REPLAY = """
 UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL WHERE id = $1

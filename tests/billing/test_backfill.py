@@ -1,0 +1,107 @@
+"""Gap detection: the events Stripe lists but the inbox never received are stored as intake would, once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.core.sentry import flush_sentry, init_sentry
+from app.core.settings import load_settings
+from app.runtime import open_resources as open_app_resources
+from app.testing import stripe_event, stripe_subscription
+from app.testing.processes import child_env
+from app.testing.stripe_stub import StripeStub
+from app.webhooks.backfill import backfill, event_sources
+from app.webhooks.inbox import Inbox
+from app.webhooks.jobs import deduplication_id
+from tests.billing.conftest import OpenResources
+from tests.processes import ROOT
+from tests.stubs.sentry_ingest import SentryIngestStub
+
+HOUR = 3600
+
+
+def listed(stub: StripeStub, event_type: str, age_seconds: int) -> dict[str, object]:
+    event = stripe_event(event_type, stripe_subscription("cus_gap"), created=int(time.time()) - age_seconds)
+    return stub.put_event(event)
+
+
+def window() -> tuple[datetime, datetime]:
+    now = datetime.now(UTC)
+    return now - timedelta(hours=72), now
+
+
+async def test_backfill_stores_exactly_the_missing_events_once_and_alerts_once(
+    billing_env: dict[str, str], stripe_stub: StripeStub, sentry_enabled: SentryIngestStub
+) -> None:
+    settings = load_settings({**billing_env, "MESSAGE_QUEUE_DRIVER": "arq", "SENTRY_DSN": sentry_enabled.dsn})
+    init_sentry(settings, "cli")
+    resources = open_app_resources(settings)
+    try:
+        delivered = [listed(stripe_stub, "customer.subscription.updated", HOUR * n) for n in (1, 2)]
+        lost = [listed(stripe_stub, "invoice.paid", HOUR * n) for n in (3, 4, 5)]
+        listed(stripe_stub, "payout.paid", HOUR)  # a type billing does not handle
+        listed(stripe_stub, "invoice.paid", HOUR * 80)  # before the window
+        inbox = Inbox(resources.db)
+        for event in delivered:
+            await inbox.store("stripe", str(event["id"]), str(event["type"]), '{"id": "x", "type": "y"}')
+        source = event_sources(resources.modules)["stripe"]
+
+        dry = await backfill(resources, "stripe", source, *window(), dry_run=True)
+        assert dry.summary() == "Would backfill 3 Stripe events (2 already in the inbox)."
+        assert await inbox.missing("stripe", [str(e["id"]) for e in lost]) == {str(e["id"]) for e in lost}
+
+        first = await backfill(resources, "stripe", source, *window())
+        again = await backfill(resources, "stripe", source, *window())
+        for event in lost:
+            (row,) = await inbox.find(str(event["id"]), "stripe")
+            assert row.type == "invoice.paid" and row.processed_at is None
+            assert await resources.queue.state(deduplication_id(row.id)) == "queued"
+    finally:
+        await resources.close()
+    assert first.summary() == "Backfilled 3 Stripe events (2 already in the inbox)."
+    assert again.summary() == "Backfilled 0 Stripe events (5 already in the inbox)."
+    flush_sentry()
+    alerts = sentry_enabled.wait_for(lambda items: len(items) >= 1)
+    (alert,) = [item for item in alerts if "exception" not in item]
+    text = alert.get("logentry", {}).get("message") or alert.get("message", "")
+    assert "3 Stripe events" in text and str(lost[-1]["id"]) in text  # how many, and the oldest
+
+
+async def test_backfill_pages_through_every_event_of_every_handled_type(
+    open_resources: OpenResources, stripe_stub: StripeStub
+) -> None:
+    resources = await open_resources(MESSAGE_QUEUE_DRIVER="arq")
+    types = ["customer.subscription.updated", "radar.early_fraud_warning.updated", "refund.failed"]
+    for n in range(240):
+        listed(stripe_stub, types[n % 3], 60 + n)
+    source = event_sources(resources.modules)["stripe"]
+    report = await backfill(resources, "stripe", source, *window())
+    assert (report.stored, report.already) == (240, 0)
+    paths = [path for _, path in stripe_stub.requests]
+    assert paths.count("/v1/events") == 3  # 160 events in the first group of 20 types (2 pages), 80 in the second
+
+
+@pytest.mark.slow
+def test_the_command_says_what_it_did(billing_env: dict[str, str], stripe_stub: StripeStub) -> None:
+    listed(stripe_stub, "invoice.paid", HOUR)
+    litestar = [os.path.join(os.path.dirname(sys.executable), "litestar"), "--app", "app.asgi:create_app"]
+    env = child_env({**billing_env, "MESSAGE_QUEUE_DRIVER": "arq"})
+
+    def run(*args: str) -> str:
+        done = subprocess.run([*litestar, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    assert (
+        run("webhooks", "backfill", "stripe", "--dry-run") == "Would backfill 1 Stripe event (0 already in the inbox)."
+    )
+    assert (
+        run("webhooks", "backfill", "stripe", "--since", "2h") == "Backfilled 1 Stripe event (0 already in the inbox)."
+    )
+    assert run("webhooks", "backfill", "stripe") == "Backfilled 0 Stripe events (1 already in the inbox)."
