@@ -1,11 +1,15 @@
 """The billing feature module: Stripe events, the workspace's billing state and its mirrors."""
 
+from app.billing.cli import billing_group
+from app.billing.crons import BillingReconcileCronJob
 from app.billing.handlers import STRIPE_EVENTS
 from app.billing.models import BillingDispute, BillingFraudWarning, BillingRefund
 from app.core.module import FeatureModule
 
 MODULE = FeatureModule(
     name="billing",
+    crons=[BillingReconcileCronJob],
+    cli_groups=[billing_group],
     webhook_handlers={"stripe": STRIPE_EVENTS},
     models=[BillingDispute, BillingRefund, BillingFraudWarning],
 )

@@ -21,7 +21,7 @@ from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.core.settings import Settings
 
-__all__ = ["CommandRuntime", "command_group", "command_runtime", "run_with_resources"]
+__all__ = ["CommandRuntime", "command_group", "command_runtime", "run_with_resources", "table"]
 
 T = TypeVar("T")
 
@@ -62,3 +62,11 @@ def run_with_resources(app: Litestar, work: Callable[[Resources], Awaitable[T]])
         return asyncio.run(main())
     finally:
         flush_sentry()
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows in columns as wide as their widest cell (the last column as it is): what commands print."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]) for row in rows
+    )

@@ -123,3 +123,13 @@ async def apply_member_limit(session: AsyncSession, workspace_id: int, *, locked
         suspended=sorted(row.id for row in changed if not row.restored),
         restored=sorted(row.id for row in changed if row.restored),
     )
+
+
+async def reseat(session: AsyncSession, workspace_id: int, limit: int) -> tuple[bool, MemberLimitResult]:
+    """Give the workspace ``limit`` seats and re-seat its members now, in this transaction (it holds the lock).
+
+    For reconciliation: whether the limit changed, and whom that (or drift
+    from a lost job) suspended or restored.
+    """
+    changed = await session.scalar(_SET_LIMIT, {"workspace_id": workspace_id, "limit": limit}) is not None
+    return changed, await apply_member_limit(session, workspace_id, locked=True)

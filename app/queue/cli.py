@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import click
 from litestar import Litestar
 
-from app.core.commands import command_group, command_runtime, run_with_resources
+from app.core.commands import command_group, command_runtime, run_with_resources, table
 from app.core.resources import Resources
 from app.queue.crons import cron_job_id, last_runs, next_tick
 from app.queue.encoded import namespaced
@@ -39,15 +38,7 @@ def list_command(app: Litestar) -> None:
     for name, cron in crons.items():
         pattern = cron.schedule(settings)
         rows.append((name, pattern, f"{next_tick(pattern, now):%Y-%m-%d %H:%M}", last.get(name, "never")))
-    click.echo(aligned(rows))
-
-
-def aligned(rows: Sequence[Sequence[str]]) -> str:
-    """A table in columns as wide as their widest cell (the last column as it is)."""
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]) for row in rows
-    )
+    click.echo(table(rows))
 
 
 @crons_group.command("run")

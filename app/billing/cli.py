@@ -1,0 +1,30 @@
+"""``litestar billing reconcile [--all] [--dry-run]``."""
+
+from __future__ import annotations
+
+import click
+from litestar import Litestar
+
+from app.billing.reconcile import ReconcileReport, reconcile_billing
+from app.core.commands import command_group, run_with_resources, table
+from app.core.resources import Resources
+
+
+@command_group("billing", help="The workspaces' billing state, as Stripe has it.")
+def billing_group() -> None:
+    pass
+
+
+@billing_group.command(name="reconcile", help="Read linked workspaces from Stripe again and correct what differs.")
+@click.option("--all", "every", is_flag=True, help="Every linked workspace, not only those not synced lately.")
+@click.option("--dry-run", is_flag=True, help="Only report what differs.")
+def reconcile_command(app: Litestar, every: bool, dry_run: bool) -> None:
+    async def work(resources: Resources) -> ReconcileReport:
+        return await reconcile_billing(resources, every=every, dry_run=dry_run)
+
+    report = run_with_resources(app, work)
+    if report.differences:
+        rows = [("WORKSPACE", "COLUMN", "STORED", "STRIPE")]
+        rows += [(str(d.workspace_id), d.column, repr(d.stored), repr(d.stripe)) for d in report.differences]
+        click.echo(table(rows))
+    click.echo(report.summary())

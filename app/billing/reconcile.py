@@ -1,0 +1,118 @@
+"""Billing reconciliation: linked workspaces read from Stripe again, and corrected where they differ.
+
+The events keep a workspace's billing state current; this repairs what they
+could not: an event Stripe stopped redelivering, a member-limit job that was
+lost, a row edited by hand, a handler bug since fixed. Each workspace is one
+transaction under the same locks as an event's sync (its customer, then its
+row), read through the same budget; the differences are reported column by
+column, and the members are re-seated for the limit Stripe says.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select
+
+from app.billing.services import billing_columns, lock_customer, paid_seats
+from app.billing.stripe_gateway import StripeGateway, stripe_gateway
+from app.core.resources import Resources
+from app.identity.models import Workspace
+from app.identity.seats import reseat
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Difference:
+    workspace_id: int
+    column: str
+    stored: Any
+    stripe: Any
+
+
+@dataclass
+class ReconcileReport:
+    dry_run: bool
+    reconciled: int = 0
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def differed(self) -> int:
+        return len({difference.workspace_id for difference in self.differences})
+
+    def summary(self) -> str:
+        """The last line SPEC 4 gives: ``Reconciled N workspaces; M differed.``"""
+        return f"Reconciled {self.reconciled} workspaces; {self.differed} differed."
+
+
+async def due_workspaces(resources: Resources, *, every: bool) -> list[tuple[int, str]]:
+    """Linked workspaces (id, customer) not synced for ``BILLING_RECONCILE_AFTER_HOURS`` (or all of them)."""
+    hours = resources.settings.billing_reconcile_after_hours
+    query = select(Workspace.id, Workspace.stripe_customer_id).where(
+        Workspace.stripe_customer_id.is_not(None), Workspace.deleted_at.is_(None)
+    )
+    if not every:
+        stale_before = func.now() - timedelta(hours=hours)
+        query = query.where(or_(Workspace.billing_synced_at.is_(None), Workspace.billing_synced_at < stale_before))
+    async with resources.db.session() as session:
+        rows = (await session.execute(query.order_by(Workspace.id))).all()
+    return [(int(row[0]), str(row[1])) for row in rows]
+
+
+async def reconcile_billing(resources: Resources, *, every: bool = False, dry_run: bool = False) -> ReconcileReport:
+    report, gateway = ReconcileReport(dry_run), stripe_gateway(resources)
+    for workspace_id, customer_id in await due_workspaces(resources, every=every):
+        differences = await _reconcile_one(resources, gateway, workspace_id, customer_id, dry_run=dry_run)
+        report.reconciled += 1
+        report.differences += differences
+        if differences:
+            logger.warning(
+                "Billing reconciliation: workspace %s (customer %s) differed from Stripe in %s%s.",
+                workspace_id,
+                customer_id,
+                ", ".join(f"{d.column} ({d.stored!r} -> {d.stripe!r})" for d in differences),
+                " (dry run: not corrected)" if dry_run else "; corrected",
+            )
+    logger.info("%s", report.summary())
+    return report
+
+
+async def _reconcile_one(
+    resources: Resources, gateway: StripeGateway, workspace_id: int, customer_id: str, *, dry_run: bool
+) -> list[Difference]:
+    async with resources.db.session() as session:
+        await lock_customer(session, customer_id)
+        workspace = await session.scalar(
+            select(Workspace)
+            .where(Workspace.id == workspace_id, Workspace.stripe_customer_id == customer_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        if workspace is None:  # unlinked meanwhile
+            return []
+        read_from = await session.scalar(select(func.clock_timestamp()))
+        billing = await gateway.customer_billing(customer_id)
+        wanted = {
+            **billing_columns(billing),
+            "member_limit": paid_seats(billing, resources.settings.free_plan_member_limit),
+        }
+        differences = [
+            Difference(workspace_id, column, getattr(workspace, column), value)
+            for column, value in wanted.items()
+            if getattr(workspace, column) != value
+        ]
+        if dry_run:
+            return differences
+        for column, value in billing_columns(billing).items():
+            setattr(workspace, column, value)
+        workspace.billing_synced_at = read_from
+        await session.flush()
+        _, seats = await reseat(session, workspace_id, wanted["member_limit"])
+        await session.commit()
+    if seats.changed:
+        logger.info("Workspace %s re-seated: suspended %s, restored %s.", workspace_id, seats.suspended, seats.restored)
+    return differences
