@@ -1,6 +1,8 @@
 """The identity feature module: Clerk's users, organizations and memberships."""
 
 from app.core.module import FeatureModule
+from app.identity.cli import identity_group
+from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
 from app.identity.models import AppUser, Workspace, WorkspaceMember
 from app.identity.seats import ApplyWorkspaceMemberLimitJob
@@ -8,6 +10,8 @@ from app.identity.seats import ApplyWorkspaceMemberLimitJob
 MODULE = FeatureModule(
     name="identity",
     jobs=[ApplyWorkspaceMemberLimitJob],
+    crons=[IdentityReconcileCronJob],
+    cli_groups=[identity_group],
     webhook_handlers={"clerk": CLERK_EVENTS},
     models=[Workspace, AppUser, WorkspaceMember],
 )

@@ -68,7 +68,7 @@ class ClerkDeletion:
     insert_only: dict[str, Any] = field(default_factory=dict)
 
 
-def _key_column(model: ClerkModel) -> str:
+def key_column(model: ClerkModel) -> str:
     return {AppUser: "clerk_user_id", Workspace: "clerk_org_id", WorkspaceMember: "clerk_membership_id"}[model]
 
 
@@ -93,7 +93,7 @@ def _change_applies(table: Table, updated_at: ColumnElement[Any]) -> ColumnEleme
 
 @functools.cache
 def _change_statement(model: ClerkModel, columns: tuple[str, ...], insert_only: tuple[str, ...]) -> Insert:
-    key, table = _key_column(model), _table(model)
+    key, table = key_column(model), _table(model)
     statement = insert(table).values({name: bindparam(name) for name in (*columns, *insert_only)})
     return statement.on_conflict_do_update(
         index_elements=[key],
@@ -104,7 +104,7 @@ def _change_statement(model: ClerkModel, columns: tuple[str, ...], insert_only: 
 
 @functools.cache
 def _deletion_statement(model: ClerkModel, insert_only: tuple[str, ...]) -> Insert:
-    key, table = _key_column(model), _table(model)
+    key, table = key_column(model), _table(model)
     statement = insert(table).values({name: bindparam(name) for name in (key, "deleted_at", *insert_only)})
     # LEAST ignores NULL in Postgres: the first deletion stamps it, a repeat keeps the earliest time.
     return statement.on_conflict_do_update(
@@ -115,7 +115,7 @@ def _deletion_statement(model: ClerkModel, insert_only: tuple[str, ...]) -> Inse
 @functools.cache
 def _ensure_statement(model: type[AppUser] | type[Workspace], columns: tuple[str, ...]) -> CompoundSelect:
     """Insert if missing and return the id, in one statement (the row may exist, be new, or both)."""
-    key, table = _key_column(model), _table(model)
+    key, table = key_column(model), _table(model)
     inserted = (
         insert(table)
         .values({name: bindparam(name) for name in columns})
@@ -128,7 +128,7 @@ def _ensure_statement(model: type[AppUser] | type[Workspace], columns: tuple[str
 
 
 async def apply_change(session: AsyncSession, model: ClerkModel, change: ClerkChange) -> None:
-    row = {_key_column(model): change.key, **change.fields, "clerk_updated_at": change.updated_at}
+    row = {key_column(model): change.key, **change.fields, "clerk_updated_at": change.updated_at}
     statement = _change_statement(model, tuple(row), tuple(change.insert_only))
     await session.execute(statement, {**row, **change.insert_only})
 
@@ -136,7 +136,7 @@ async def apply_change(session: AsyncSession, model: ClerkModel, change: ClerkCh
 async def apply_deletion(session: AsyncSession, model: ClerkModel, deletion: ClerkDeletion) -> None:
     statement = _deletion_statement(model, tuple(deletion.insert_only))
     await session.execute(
-        statement, {_key_column(model): deletion.key, "deleted_at": deletion.deleted_at, **deletion.insert_only}
+        statement, {key_column(model): deletion.key, "deleted_at": deletion.deleted_at, **deletion.insert_only}
     )
 
 
@@ -145,12 +145,12 @@ async def ensure_row(session: AsyncSession, model: type[AppUser] | type[Workspac
 
     An existing row, deleted or not, is left as it is (``ON CONFLICT DO NOTHING``).
     """
-    key_column = _key_column(model)
-    values = {key_column: key, **fields}
+    column = key_column(model)
+    values = {column: key, **fields}
     row_id = await session.scalar(_ensure_statement(model, tuple(values)), {**values, "lookup_key": key})
     if row_id is None:
         # A concurrent transaction committed the row after this statement's snapshot: read it now.
-        row_id = await session.scalar(select(model.id).where(getattr(model, key_column) == key))
+        row_id = await session.scalar(select(model.id).where(getattr(model, column) == key))
     if row_id is None:  # pragma: no cover - the insert above or a committed one guarantees it
         raise RuntimeError(f"{model.__tablename__} row {key} neither inserted nor found")
     return int(row_id)

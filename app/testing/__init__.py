@@ -12,6 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as re-exports, for type checkers and editors
+    from app.testing.clerk_stub import ClerkStub as ClerkStub
+    from app.testing.clerk_stub import clerk_stub_fixture as clerk_stub_fixture
     from app.testing.deliveries import STRIPE_API_VERSION as STRIPE_API_VERSION
     from app.testing.deliveries import Delivery as Delivery
     from app.testing.deliveries import clerk_event as clerk_event
@@ -53,6 +55,7 @@ _SUBMODULES = {
         "read_inbox_row",
     ),
     "stripe_stub": ("StripeStub", "stripe_stub_fixture"),
+    "clerk_stub": ("ClerkStub", "clerk_stub_fixture"),
 }
 _WHERE = {name: module for module, names in _SUBMODULES.items() for name in names}
 

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.testing.clerk_stub import ClerkStub, clerk_stub_fixture
 from app.testing.stripe_stub import StripeStub, stripe_stub_fixture
 
-__all__ = ["stripe_stub", "stripe_stub_server"]
+__all__ = ["clerk_stub", "clerk_stub_server", "stripe_stub", "stripe_stub_server"]
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +30,17 @@ def stripe_stub(stripe_stub_server: StripeStub) -> StripeStub:
     """
     stripe_stub_server.reset()
     return stripe_stub_server
+
+
+@pytest.fixture(scope="session")
+def clerk_stub_server() -> Iterator[ClerkStub]:
+    yield from clerk_stub_fixture()
+
+
+@pytest.fixture
+def clerk_stub(clerk_stub_server: ClerkStub) -> ClerkStub:
+    """The Clerk Backend API stub, empty. Point the app at it with ``CLERK_API_BASE=clerk_stub.base_url + "/v1"``
+    and any ``CLERK_SECRET_KEY`` starting with ``sk_``; put objects with ``put_user``, ``put_organization``,
+    ``put_membership``; ``remove`` one to make it deleted in Clerk."""
+    clerk_stub_server.reset()
+    return clerk_stub_server

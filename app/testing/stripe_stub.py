@@ -18,29 +18,20 @@ import argparse
 import asyncio
 import contextlib
 import secrets
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import uvicorn
 from litestar import Litestar, Request, Response, Router, get, post
 from litestar.exceptions import ClientException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, FromQuery, JSONBody
 
+from app.testing.loopback import LoopbackServer
 from app.testing.stripe_stub_state import SEGMENTS, StripeStubState
 
 __all__ = ["StripeStub", "stripe_stub_fixture"]
 
-# Quiet and without lifespan; stop() sets force_exit, so requests sleeping in `slow` do not delay it.
-_SERVER_OPTIONS: dict[str, Any] = {
-    "loop": "asyncio",
-    "lifespan": "off",
-    "log_level": "warning",
-    "access_log": False,
-}
 _RATE_LIMIT = (
     "Request rate limit exceeded. You can learn more about rate limits here https://stripe.com/docs/rate-limits."
 )
@@ -66,57 +57,17 @@ def _error(status: int, message: str, type_: str = "invalid_request_error", **ex
     return _answer(status, {"error": {"type": type_, "message": message, **extra}})
 
 
-class StripeStub(StripeStubState):
+class StripeStub(StripeStubState, LoopbackServer):
     """Serves the Stripe endpoints billing code reads, from the state tests put in (``StripeStubState``).
 
     Every method is thread-safe: tests call them while the server thread answers.
     """
 
+    name = "stripe-stub"
+
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__()
-        self._host, self._port = host, port
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # lifecycle ---------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("StripeStub is not running: call start() or use it as a context manager")
-        return f"http://{self._host}:{self._port}"
-
-    def start(self) -> StripeStub:
-        """Binds first (port 0 picks a free one), so the URL is known before serving begins."""
-        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only then; proto 0 adds ~40 ms (Nagle) per answer.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._port))
-        self._port = sock.getsockname()[1]
-        config = uvicorn.Config(self._build_app(), **_SERVER_OPTIONS)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="stripe-stub", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"StripeStub failed to start on {self._host}:{self._port}")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        """Stops serving at once; requests still sleeping in `slow` are cut off."""
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = self._server.force_exit = True
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
-
-    def __enter__(self) -> StripeStub:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        StripeStubState.__init__(self)
+        LoopbackServer.__init__(self, host=host, port=port)
 
     # serving -----------------------------------------------------------
     async def _gate(self, request: Request[Any, Any, Any]) -> Response[Any] | None:

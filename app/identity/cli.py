@@ -1,0 +1,28 @@
+"""``litestar identity reconcile [--full] [--dry-run]``."""
+
+from __future__ import annotations
+
+import click
+from litestar import Litestar
+
+from app.core.commands import command_group, command_runtime, run_with_resources
+from app.core.resources import Resources
+from app.identity.reconcile import IdentityReport, reconcile_identity
+
+
+@command_group("identity", help="Users, organizations and memberships, as Clerk has them.")
+def identity_group() -> None:
+    pass
+
+
+@identity_group.command(name="reconcile", help="List everything from Clerk and apply what the webhooks missed.")
+@click.option("--full", is_flag=True, help="Also soft-delete rows whose Clerk object no longer exists.")
+@click.option("--dry-run", is_flag=True, help="Only count what differs.")
+def reconcile_command(app: Litestar, full: bool, dry_run: bool) -> None:
+    if not command_runtime(app).settings.clerk_secret_key:
+        raise click.ClickException("CLERK_SECRET_KEY is not set: set the Clerk Backend API key (sk_...) to reconcile.")
+
+    async def work(resources: Resources) -> IdentityReport:
+        return await reconcile_identity(resources, full=full, dry_run=dry_run)
+
+    click.echo(run_with_resources(app, work).summary())
