@@ -1,16 +1,31 @@
-"""Request id on every line written while a request runs, and one access line per request."""
+"""Request id on every line written while a request runs, and one access line per request.
+
+The id is also kept in :data:`REQUEST_ID`, so what a request queues or stores
+can carry it on (``current_request_id``): a job queued during a request logs
+every line with the request's id, and an inbox event remembers the id of the
+delivery that stored it (SPEC 13, correlation).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 _HEADER = b"x-request-id"
+REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+def current_request_id() -> str | None:
+    """The id of the request (or of the job that a request queued) this code runs for, if any."""
+    return REQUEST_ID.get()
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
@@ -40,6 +55,7 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
 
         # bind/reset rather than bound_contextvars, which copies the whole context twice per request.
         tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        token = REQUEST_ID.set(request_id)
         try:
             await app(scope, receive, send_with_id)
         finally:
@@ -51,5 +67,20 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
                 extra={"status": status, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},
             )
             structlog.contextvars.reset_contextvars(**tokens)
+            REQUEST_ID.reset(token)
 
     return middleware
+
+
+@contextlib.contextmanager
+def bound_request_id(request_id: str | None) -> Iterator[None]:
+    """Outside a request (a job, a processing attempt): lines written meanwhile carry ``request_id``."""
+    if not request_id:
+        yield
+        return
+    token = REQUEST_ID.set(request_id)
+    with structlog.contextvars.bound_contextvars(request_id=request_id):
+        try:
+            yield
+        finally:
+            REQUEST_ID.reset(token)

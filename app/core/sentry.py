@@ -23,6 +23,7 @@ from sentry_sdk.types import Breadcrumb, BreadcrumbHint, Event, Hint, MonitorCon
 from sentry_sdk.utils import BadDsn, Dsn
 
 from app.core.redaction import SecretScrubber
+from app.core.request_context import current_request_id
 
 logger = logging.getLogger(__name__)
 Component = Literal["api", "worker", "cli"]
@@ -130,12 +131,18 @@ def capture_checkin(
         return None
 
 
+def _correlation() -> dict[str, str]:
+    """The request the failing code runs for (a delivery, or the request that queued the job), as a tag."""
+    request_id = current_request_id()
+    return {"request_id": request_id} if request_id else {}
+
+
 def report_exception(
     exc: BaseException, *, tags: Mapping[str, Any] | None = None, fingerprint: list[str] | None = None
 ) -> None:
     try:
         with sentry_sdk.new_scope() as scope:
-            for key, value in (tags or {}).items():
+            for key, value in {**_correlation(), **(tags or {})}.items():
                 scope.set_tag(key, value)
             if fingerprint:
                 scope.fingerprint = fingerprint

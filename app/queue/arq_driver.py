@@ -25,7 +25,7 @@ from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.resources import JobState
 from app.core.settings import Settings
-from app.queue.encoded import EncodedJob, encode_job, namespaced
+from app.queue.encoded import EncodedJob, encode_job, job_kwargs, namespaced
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
@@ -126,9 +126,7 @@ class ArqQueue:
 
     def _enqueue_call(self, job: EncodedJob) -> tuple[list[str], list[Any]]:
         """The keys and arguments of ``_ENQUEUE_LUA``: what arq's ``enqueue_job`` would write."""
-        envelope = serialize_job(
-            job.name, (job.data,), {"retry_limit": job.retry_limit}, None, job.enqueued_ms, serializer=serialize
-        )
+        envelope = serialize_job(job.name, (job.data,), job_kwargs(job), None, job.enqueued_ms, serializer=serialize)
         keys = [job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_key(self.settings, job.queue)]
         return keys, [envelope, job.expires_in_ms(timestamp_ms()), job.run_at_ms, job.job_id]
 

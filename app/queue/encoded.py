@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from arq.utils import timestamp_ms, to_ms
 
+from app.core.request_context import current_request_id
 from app.queue.job import Job
 from app.queue.retry import expires_after_seconds
 
@@ -41,6 +42,8 @@ class EncodedJob:
     # How long after ``run_at_ms`` the queue keeps it, so it survives every retry.
     expires_after_ms: int
     enqueued_ms: int
+    # The request it was queued for (``X-Request-Id``): every line the job writes carries it.
+    request_id: str | None = None
 
     def expires_in_ms(self, now_ms: int) -> int:
         """The lifetime to give the job's key when it is written at ``now_ms``."""
@@ -70,4 +73,13 @@ def encode_job(
         run_at_ms=now + (to_ms(delay) or 0),
         expires_after_ms=to_ms(expires_after_seconds(policy, limit, 0.0)),
         enqueued_ms=now,
+        request_id=current_request_id(),
     )
+
+
+def job_kwargs(job: EncodedJob) -> dict[str, Any]:
+    """What travels beside the data in the queue's envelope (and arrives as the job function's keywords)."""
+    kwargs: dict[str, Any] = {"retry_limit": job.retry_limit}
+    if job.request_id:
+        kwargs["request_id"] = job.request_id
+    return kwargs

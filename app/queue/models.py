@@ -57,4 +57,6 @@ class JobOutbox(Base):
     run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     # How long the queue must keep the job after ``run_at`` to survive every retry (arq does not refresh it).
     expires_after_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
+    # The request the job was staged for: its lines carry the same request_id.
+    request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

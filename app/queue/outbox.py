@@ -62,6 +62,7 @@ def stage(session: AsyncSession, job: EncodedJob) -> None:
         retry_limit=job.retry_limit,
         run_at=datetime.fromtimestamp(job.run_at_ms / 1000, UTC),
         expires_after_seconds=math.ceil(job.expires_after_ms / 1000),
+        request_id=job.request_id,
     )
     session.add(row)
     session.info.setdefault(_STAGED, []).append(row)
@@ -118,6 +119,7 @@ def _encoded(row: Row[Any]) -> EncodedJob:
         run_at_ms=_ms(row.run_at),
         expires_after_ms=row.expires_after_seconds * 1000,
         enqueued_ms=_ms(row.created_at),
+        request_id=row.request_id,
     )
 
 

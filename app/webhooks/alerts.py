@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from app.core.metrics import EVENTS_SET_ASIDE, child
 from app.core.sentry import report_message
 
 logger = logging.getLogger(__name__)
@@ -18,6 +19,7 @@ def alert_set_aside(row: Any) -> None:
         "Fix the cause, then run `make retry-abandoned` (or resend it from the provider's dashboard)."
     )
     logger.error(message)
+    child(EVENTS_SET_ASIDE, row["provider"]).inc()
     report_message(
         message,
         level="error",

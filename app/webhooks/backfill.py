@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from app.core.metrics import EVENTS_BACKFILLED, child
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import report_message
@@ -110,6 +111,7 @@ async def _store(resources: Resources, inbox: Inbox, provider: str, event: Liste
     if stored.outcome != "inserted":  # delivered meanwhile
         report.already += 1
         return False
+    child(EVENTS_BACKFILLED, provider).inc()
     try:
         await queue_processing(resources.queue, stored.row_id)
     except Exception as exc:  # stored: the recovery cron queues it

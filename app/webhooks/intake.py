@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from app.core.metrics import DELIVERIES, child
 from app.core.rate_limit import SlidingWindowRateLimiter
+from app.core.request_context import current_request_id
 from app.core.resources import Resources
 from app.webhooks.client_ip import rate_limit_key
 from app.webhooks.guards import VerifiedDelivery
@@ -54,6 +56,12 @@ class WebhookIntake:
     resources: Resources
 
     async def receive(self, delivery: VerifiedDelivery) -> IntakeDecision:
+        decision = await self._decide(delivery)
+        if decision.outcome is not IntakeOutcome.RATE_LIMITED:  # a refusal: counted with the others
+            child(DELIVERIES, self.provider.name, decision.outcome.value).inc()
+        return decision
+
+    async def _decide(self, delivery: VerifiedDelivery) -> IntakeDecision:
         name, event = self.provider.name, delivery.event
         limit = await self.limiter.hit(name, rate_limit_key(delivery.client))
         if not limit.allowed:
@@ -70,7 +78,9 @@ class WebhookIntake:
                 event.event_id,
             )
         try:
-            stored = await Inbox(self.resources.db).store(name, event.event_id, event.event_type, text)
+            stored = await Inbox(self.resources.db).store(
+                name, event.event_id, event.event_type, text, request_id=current_request_id()
+            )
         except Exception as exc:
             logger.error("Could not store %s event %s: %s", name, event.event_id, exc, exc_info=exc)
             return IntakeDecision(IntakeOutcome.UNAVAILABLE)

@@ -37,6 +37,8 @@ class WebhookEvent(Base):
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"), default=0)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     abandoned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The X-Request-Id of the delivery that stored it: its processing logs carry the same id.
+    request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
     @property
     def status(self) -> str:

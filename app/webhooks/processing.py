@@ -34,6 +34,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, PIPELINE_SECONDS, child
+from app.core.request_context import bound_request_id
 from app.core.resources import Resources
 from app.queue.errors import PermanentError, QueueUnavailableError
 from app.webhooks.alerts import alert_set_aside
@@ -85,10 +87,15 @@ class _Attempt:
         self.committed: tuple[WebhookEvent, AsyncSession] | None = None
 
     async def run(self, claim: Any) -> None:
+        self.provider = claim["provider"] or "unknown"
         if claim["attempts"] is None:
             logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", self.row_id)
             await self._bookkeeping(Inbox.unlock(self.driver, self.row_id), unlocks=True)
             return
+        with bound_request_id(claim["request_id"]):  # the delivery's: a re-queued event's job came without it
+            await self._attempt(claim)
+
+    async def _attempt(self, claim: Any) -> None:
         try:
             event = _event(claim)
             await self._handle(event)
@@ -109,10 +116,12 @@ class _Attempt:
         async with self.resources.db.sessionmaker(bind=self.connection) as session:
             context = WebhookContext(resources=self.resources, session=session, event=event)
             await handler(context)
-            await Inbox.mark_processed_and_unlock(session, event.id)
+            took = await Inbox.mark_processed_and_unlock(session, event.id)
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
         self.committed = (event, session)
+        child(EVENTS_PROCESSED, event.provider).inc()
+        child(PIPELINE_SECONDS, event.provider).observe(took)
 
     async def relay_staged(self) -> None:
         """Queue the jobs the handler staged, now committed; never fails the event, which stays processed."""
@@ -137,6 +146,7 @@ class _Attempt:
             )
 
     async def _record_failure(self, error: str, *, permanent: bool) -> None:
+        child(ATTEMPTS_FAILED, self.provider).inc()
         """After the handler's rollback: keep the error (or set the event aside) and release the lock.
 
         If that fails too, the connection is dropped (taking the lock with it)

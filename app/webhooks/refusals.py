@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from app.core.metrics import DELIVERIES, child
+
 logger = logging.getLogger(__name__)
 LOG_INTERVAL_SECONDS = 60.0
 
@@ -40,6 +42,7 @@ class RefusalLog:
     _tallies: dict[tuple[str, Refusal], _Tally] = field(default_factory=dict)
 
     def record(self, provider: str, reason: Refusal, client: str, detail: str) -> None:
+        child(DELIVERIES, provider, reason.value).inc()
         tally = self._tallies.setdefault((provider, reason), _Tally())
         now = time.monotonic()
         if now < tally.next_line_at:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 from arq.worker import Function, Worker, func
 
+from app.core.request_context import bound_request_id
 from app.core.sentry import report_exception
 from app.queue.arq_driver import make_arq_redis, queue_key
 from app.queue.errors import UnknownJobError
@@ -44,10 +45,11 @@ HEALTH_CHECK_INTERVAL_SECONDS = 60
 def arq_function(job_cls: type[Job[Any]], resources: Resources) -> Function:
     policy = job_cls.retry_policy(resources.settings)
 
-    async def run(ctx: dict[str, Any], raw: Any, retry_limit: int | None = None) -> None:
+    async def run(ctx: dict[str, Any], raw: Any, retry_limit: int | None = None, request_id: str | None = None) -> None:
         limit = policy.retry_limit if retry_limit is None else retry_limit
         context = JobContext(resources, ctx["job_id"], ctx["job_try"], limit, job_cls.queue)
-        await run_attempt(context, job_cls, raw)
+        with bound_request_id(request_id):
+            await run_attempt(context, job_cls, raw)
 
     run.__qualname__ = job_cls.name()
     return func(

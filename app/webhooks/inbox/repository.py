@@ -50,6 +50,7 @@ class EventRecord:
     attempts: int
     last_error: str | None
     abandoned_at: datetime | None
+    request_id: str | None = None
     payload: str | None = None
 
     @property
@@ -70,11 +71,16 @@ class Inbox:
         self.db = db
 
     # Intake --------------------------------------------------------------------------------------------
-    async def store(self, provider: str, event_id: str, event_type: str, payload: str) -> StoredEvent:
-        """Insert the event once per (provider, event id), committed before this returns."""
+    async def store(
+        self, provider: str, event_id: str, event_type: str, payload: str, *, request_id: str | None = None
+    ) -> StoredEvent:
+        """Insert the event once per (provider, event id), committed before this returns.
+
+        ``request_id``: the delivery's (``X-Request-Id``), kept with the row so its processing logs the same id.
+        """
         async with driver_connection(self.db) as connection:
             for _ in range(2):
-                row = await connection.fetchrow(sql.STORE, provider, event_id, event_type, payload)
+                row = await connection.fetchrow(sql.STORE, provider, event_id, event_type, payload, request_id)
                 if row is not None:
                     return StoredEvent(row["id"], row["outcome"], row["processed"])
                 # A concurrent delivery inserted the row after this statement's snapshot: look again.
@@ -87,9 +93,15 @@ class Inbox:
         return await driver.fetchrow(sql.CLAIM, row_id, event_lock_key(row_id), idle_timeout)
 
     @staticmethod
-    async def mark_processed_and_unlock(session: AsyncSession, row_id: int) -> None:
-        """In the handler's transaction, so the handler's writes and ``processed_at`` commit together."""
-        await session.execute(sql.MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)})
+    async def mark_processed_and_unlock(session: AsyncSession, row_id: int) -> float:
+        """In the handler's transaction, so the handler's writes and ``processed_at`` commit together.
+
+        Returns the seconds from the event's arrival to its processing (both by the database's clock).
+        """
+        took = await session.scalar(
+            sql.MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)}
+        )
+        return float(took or 0.0)
 
     @staticmethod
     async def record_error(driver: Any, row_id: int, error: str, *, unlock: bool) -> None:

@@ -19,8 +19,8 @@ LOCK_BASE = 0x5745 << 48
 # for it); or report the existing row.
 STORE = """
 WITH inserted AS (
-    INSERT INTO webhook_event (provider, event_id, type, payload)
-    VALUES ($1, $2, $3, $4::jsonb)
+    INSERT INTO webhook_event (provider, event_id, type, payload, request_id)
+    VALUES ($1, $2, $3, $4::jsonb, $5)
     ON CONFLICT (provider, event_id) DO NOTHING
     RETURNING id
 ), reopened AS (
@@ -56,7 +56,7 @@ counted AS (
       AND coalesce(webhook_event.processed_at, webhook_event.abandoned_at) IS NULL
     RETURNING webhook_event.id, webhook_event.provider, webhook_event.event_id, webhook_event.type,
               webhook_event.payload::text AS payload, webhook_event.received_at, webhook_event.attempts,
-              webhook_event.last_error
+              webhook_event.last_error, webhook_event.request_id
 )
 SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON true
 """
@@ -65,9 +65,10 @@ SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON
 MARK_PROCESSED_AND_UNLOCK = text(
     f"""
 WITH marked AS (
-    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id RETURNING id
+    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id
+    RETURNING extract(epoch FROM processed_at - received_at) AS took
 )
-SELECT pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT count(*) FROM marked) AS done
+SELECT done.took, pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT max(took) AS took FROM marked) AS done
 """
 )
 RECORD_ERROR_AND_UNLOCK = f"""
@@ -114,7 +115,7 @@ RETURNING id
 """
 
 # --- Operators (CLI, operations page) --------------------------------------------------------------------
-_RECORD = "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at"
+_RECORD = "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at, request_id"
 STATE_CONDITIONS = {
     "pending": "processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0",
     "failed": "processed_at IS NULL AND abandoned_at IS NULL AND attempts > 0",
