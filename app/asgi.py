@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,6 +17,8 @@ from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins import CLIPluginProtocol
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.template.config import TemplateConfig
 from litestar.types import Scope
 
 from app.core.errors import exit_on_settings_error
@@ -89,7 +93,13 @@ def build_app(settings: Settings, modules: Sequence[FeatureModule] = API_MODULES
         debug=False,
         request_max_body_size=settings.webhook_max_body_bytes,
         openapi_config=OPENAPI,
+        template_config=_templates(modules),
     )
+
+
+def _templates(modules: Sequence[FeatureModule]) -> TemplateConfig[JinjaTemplateEngine] | None:
+    directories: list[Path | PathLike[Any] | str] = [path for module in modules for path in module.template_dirs]
+    return TemplateConfig(directory=directories, engine=JinjaTemplateEngine) if directories else None
 
 
 def _route_handlers(modules: Sequence[FeatureModule], resources: Resources) -> list[Any]:

@@ -22,6 +22,7 @@ from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.core.settings import Settings
 from app.identity.module import MODULE as IDENTITY
+from app.ops.module import MODULE as OPS
 from app.queue.arq_driver import ArqQueue
 from app.queue.job import JobContext
 from app.queue.module import MODULE as QUEUE
@@ -30,7 +31,7 @@ from app.queue.sync_driver import SyncQueue
 from app.system.module import MODULE as SYSTEM
 from app.webhooks.module import MODULE as WEBHOOKS
 
-API_MODULES: tuple[FeatureModule, ...] = (SYSTEM, QUEUE, WEBHOOKS, BILLING, IDENTITY)
+API_MODULES: tuple[FeatureModule, ...] = (SYSTEM, QUEUE, WEBHOOKS, BILLING, IDENTITY, OPS)
 WORKER_MODULES: tuple[FeatureModule, ...] = (QUEUE, WEBHOOKS, CLIENTS, BILLING, IDENTITY)
 
 

@@ -178,7 +178,8 @@ async def worker_starter(settings_env: Mapping[str, str], *default_args: str) ->
 
     async def start(*args: str, wait: str | None = "Worker serving", **env: str) -> WorkerProc:
         log_path = log_dir / f"worker-{len(started)}.log"
-        full_env = child_env({**settings_env, "LOG_FORMAT": "json", "WORKER_SHUTDOWN_GRACE_SECONDS": "10", **env})
+        defaults = {"LOG_FORMAT": "json", "WORKER_SHUTDOWN_GRACE_SECONDS": "10", "WORKER_METRICS_PORT": "0"}
+        full_env = child_env({**settings_env, **defaults, **env})
         command = [sys.executable, "-m", "app.testing.worker", *default_args, *args]
         worker = WorkerProc(_spawn_logged(command, full_env, log_path), log_path)
         started.append(worker)

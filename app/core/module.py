@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -34,6 +35,9 @@ class FeatureModule:
 
     models: Sequence[type[Any]] = ()
     """Its SQLAlchemy models: listing them here is what makes Alembic and the tests see their tables."""
+
+    template_dirs: Sequence[Path] = ()
+    """API only: folders of its Jinja templates (named from there, e.g. ``ops/overview.html.j2``)."""
 
     lifespan: Callable[[Any, Any], AbstractAsyncContextManager[None]] | None = None
     """API only: ``lifespan(app_state, resources)``, an async context manager run while the app serves."""

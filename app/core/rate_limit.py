@@ -64,6 +64,14 @@ return {0, 0, tonumber(freeing[2]) + window - now}
 """
 
 
+# KEYS[1]: the log; ARGV: window in microseconds. How many entries the window holds now (Redis' clock).
+_COUNT_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+return redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[1]) + 1, '+inf')
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class RateDecision:
     """The limiter's answer for one request.
@@ -105,6 +113,7 @@ class SlidingWindowRateLimiter:
         self._key_prefix = f"{key_prefix}ratelimit:"
         self._args_head = (limit, window_seconds * 1_000_000)
         self._script = redis.register_script(_SLIDING_LOG_LUA)
+        self._count = redis.register_script(_COUNT_LUA)
         # Members must be unique per request even within one microsecond and
         # across processes: a random instance tag plus a local counter is
         # cheaper than a random token per hit and needs no second Redis key.
@@ -113,6 +122,15 @@ class SlidingWindowRateLimiter:
         self._next_warning_at = float("-inf")
         self._suppressed = 0
         self._degraded = False
+
+    async def used(self, scope: str, client: str) -> int:
+        """How many hits ``client`` has in the current window of ``scope`` (0 when Redis cannot say: fail open)."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return int(await self._count(keys=[f"{self._key_prefix}{scope}:{client}"], args=[self._args_head[1]]))
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._warn_failing_open(exc)
+            return 0
 
     async def hit(self, scope: str, client: str) -> RateDecision:
         """Record one request of ``client`` on ``scope`` if the window has room.

@@ -76,6 +76,24 @@ async def latest_runs(db: Database, names: list[str]) -> dict[str, CronRun]:
         return {row.name: row for row in rows}
 
 
+async def last_successes(db: Database, names: list[str]) -> dict[str, datetime]:
+    """When each cron last finished a tick without an error (durable: it outlives the workers)."""
+    async with db.session() as session:
+        rows = await session.execute(
+            select(CronRun.name, func.max(CronRun.finished_at))
+            .where(CronRun.name.in_(names), CronRun.finished_at.is_not(None), CronRun.error.is_(None))
+            .group_by(CronRun.name)
+        )
+        return {name: finished for name, finished in rows.all() if finished is not None}
+
+
+def period_seconds(pattern: str, now: datetime) -> float:
+    """The time between two ticks after ``now`` (a pattern's ticks need not be evenly spaced: the next two)."""
+    ticks = croniter(pattern, now.astimezone(UTC))
+    first = ticks.get_next(datetime)
+    return float((ticks.get_next(datetime) - first).total_seconds())
+
+
 def describe_run(run: CronRun) -> str:
     tick = f"{run.slot:%Y-%m-%d %H:%M} UTC"
     if run.finished_at is None:

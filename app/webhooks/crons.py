@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from app.queue.job import CronJob, CronTick, FromSetting
+import msgspec
+
+from app.queue.errors import PermanentError
+from app.queue.job import CronJob, CronTick, FromSetting, Job
+from app.queue.queues import QueueName
 from app.webhooks.backfill import DELIVERY_GRACE, backfill, event_sources
 from app.webhooks.maintenance import delete_old_processed, recover
 
@@ -51,3 +55,23 @@ class WebhookBackfillCronJob(CronJob):
                 continue
             report = await backfill(self.resources, provider, source, since, until)
             logger.info("Webhook backfill: %s", report.summary())
+
+
+class BackfillWindow(msgspec.Struct, frozen=True):
+    provider: str
+    since: datetime
+    until: datetime
+
+
+class WebhookBackfillJob(Job[BackfillWindow]):
+    """A backfill of one window, asked for by an operator (the operations page): the cron's work, on demand."""
+
+    queue = QueueName.CRON
+    timeout_seconds = 3600
+
+    async def handle(self, data: BackfillWindow) -> None:
+        source = event_sources(self.resources.modules).get(data.provider)
+        if source is None:
+            raise PermanentError(f"No backfill for {data.provider!r}: its module offers no list of events.")
+        report = await backfill(self.resources, data.provider, source, data.since, data.until)
+        logger.info("Webhook backfill asked for by an operator: %s", report.summary())

@@ -55,6 +55,11 @@ class WebhookIntake:
     refusals: RefusalLog
     resources: Resources
 
+    def __post_init__(self) -> None:
+        # Every outcome's series exists from the start at 0, so a rate over it (an alert rule) sees its first rise.
+        for outcome in (*IntakeOutcome, *Refusal):
+            child(DELIVERIES, self.provider.name, outcome.value)
+
     async def receive(self, delivery: VerifiedDelivery) -> IntakeDecision:
         decision = await self._decide(delivery)
         if decision.outcome is not IntakeOutcome.RATE_LIMITED:  # a refusal: counted with the others

@@ -13,7 +13,12 @@ from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.webhooks.cli import webhooks_group
 from app.webhooks.controllers import webhook_route
-from app.webhooks.crons import WebhookBackfillCronJob, WebhookRecoveryCronJob, WebhookRetentionCronJob
+from app.webhooks.crons import (
+    WebhookBackfillCronJob,
+    WebhookBackfillJob,
+    WebhookRecoveryCronJob,
+    WebhookRetentionCronJob,
+)
 from app.webhooks.handlers import handled_types
 from app.webhooks.intake import WebhookIntake
 from app.webhooks.jobs import ProcessWebhookEventJob
@@ -39,7 +44,7 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
             key_prefix=settings.redis_namespace,
             timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS,
         )
-        refusals = RefusalLog()
+        refusals = RefusalLog(redis, settings.redis_namespace)
         handlers = []
         for provider in providers:
             verifier = provider.build_verifier(settings)
@@ -54,7 +59,7 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
     return FeatureModule(
         name="webhooks",
         route_factory=routes,
-        jobs=[ProcessWebhookEventJob],
+        jobs=[ProcessWebhookEventJob, WebhookBackfillJob],
         crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob, WebhookBackfillCronJob],
         cli_groups=[webhooks_group],
         models=[WebhookEvent],

@@ -3,20 +3,28 @@
 Each refusal (400, 408, 413, 429) is logged at warning level with its reason,
 provider and client, at most one line per provider and reason each minute; the
 line counts the refusals since the previous one, so a flood costs one line a
-minute and still says how big it was.
+minute and still says how big it was. It is counted in the metrics too, and
+per minute in Redis (shared by every API process), which the operations page
+sums to "refused in the last hour".
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
 from app.core.metrics import DELIVERIES, child
 
 logger = logging.getLogger(__name__)
 LOG_INTERVAL_SECONDS = 60.0
+COUNT_TIMEOUT_SECONDS = 0.25
 
 
 class Refusal(StrEnum):
@@ -36,13 +44,20 @@ class _Tally:
 
 @dataclass
 class RefusalLog:
-    """One per process; safe to share between requests (no await inside)."""
+    """One per process; safe to share between requests (no await inside: the Redis count runs beside)."""
 
+    redis: Redis | None = None
+    namespace: str = ""
     interval_seconds: float = LOG_INTERVAL_SECONDS
     _tallies: dict[tuple[str, Refusal], _Tally] = field(default_factory=dict)
+    _counting: set[asyncio.Task[None]] = field(default_factory=set)
 
     def record(self, provider: str, reason: Refusal, client: str, detail: str) -> None:
         child(DELIVERIES, provider, reason.value).inc()
+        if self.redis is not None:
+            task = asyncio.get_running_loop().create_task(self._count(provider))
+            self._counting.add(task)
+            task.add_done_callback(self._counting.discard)
         tally = self._tallies.setdefault((provider, reason), _Tally())
         now = time.monotonic()
         if now < tally.next_line_at:
@@ -59,3 +74,28 @@ class RefusalLog:
         )
         tally.unlogged = 0
         tally.next_line_at = now + self.interval_seconds
+
+    async def _count(self, provider: str) -> None:
+        """Best effort, bounded: a refusal is never slowed or failed by Redis."""
+        assert self.redis is not None
+        key = minute_key(self.namespace, provider, int(time.time() // 60))
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(COUNT_TIMEOUT_SECONDS):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.incr(key)
+                    pipe.expire(key, 7200)
+                    await pipe.execute()
+
+
+def minute_key(namespace: str, provider: str, minute: int) -> str:
+    return f"{namespace}refused:{provider}:{minute}"
+
+
+async def refused_last_hour(redis: Redis, namespace: str, providers: list[str]) -> dict[str, int]:
+    """Refusals per provider in the last 60 minutes, every API process's."""
+    now = int(time.time() // 60)
+    counts = {}
+    for provider in providers:
+        values = await redis.mget([minute_key(namespace, provider, now - back) for back in range(60)])
+        counts[provider] = sum(int(value) for value in values if value is not None)
+    return counts

@@ -31,10 +31,12 @@ from arq.worker import Worker
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.queue.crons import Clock
+from app.queue.heartbeat import beat_until
 from app.queue.outbox import OutboxRelayLoop
 from app.queue.registry import JobRegistry
 from app.queue.scheduler import CronScheduler
 from app.worker.arq_worker import build_arq_worker, quiet_arq_logs
+from app.worker.metrics_server import WorkerMetrics
 from app.worker.startup import check_redis_policy, log_loaded, report_unserved_queues
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class WorkerProcess:
             interval_seconds=0.05 if clock is not None else 0.5,
         )
         self.relay = OutboxRelayLoop(resources.queue)
+        self.metrics = WorkerMetrics(resources.settings)
         self.live: dict[str, Worker] = {}
         self.retired: list[Worker] = []
         self.stopping = asyncio.Event()
@@ -86,11 +89,15 @@ class WorkerProcess:
             loop.add_signal_handler(sig, self._on_signal, sig)
         if self.burst:
             await self.relay.drain()
+        else:
+            self.metrics.serve()
         supervisors = [asyncio.create_task(self._supervise(queue), name=f"queue {queue}") for queue in self.queues]
         loops = list(supervisors)
         if not self.burst:
             loops.append(asyncio.create_task(self.scheduler.run(), name="cron scheduler"))
             loops.append(asyncio.create_task(self.relay.run(), name="outbox relay"))
+            beat = beat_until(self.resources.redis, self.settings, self.stopping)
+            loops.append(asyncio.create_task(beat, name="heartbeat"))
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([stop, *supervisors], return_when=asyncio.FIRST_COMPLETED)
         if self.burst and not self.stopping.is_set():
@@ -102,6 +109,7 @@ class WorkerProcess:
             self._end_loops()
             await _cancel_until_done([*loops, stop], within=LOOPS_STOP_SECONDS, cancel_first=False)
         await self._close_pools()
+        self.metrics.close()
         logger.info("Worker stopped.")
         flush_sentry()
         return 0

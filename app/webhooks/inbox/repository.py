@@ -189,6 +189,12 @@ class Inbox:
         async with driver_connection(self.db) as connection:
             await connection.execute(sql.RESET_FOR_REPLAY, row_id)
 
+    async def latency_last_hour(self) -> dict[str, tuple[int, float, float]]:
+        """Per provider: events processed in the last hour, and the p50 and p99 seconds from arrival to processing."""
+        async with driver_connection(self.db) as connection:
+            rows = await connection.fetch(sql.LATENCY_LAST_HOUR)
+        return {row["provider"]: (int(row["n"]), float(row["p50"]), float(row["p99"])) for row in rows}
+
     async def counts(self) -> dict[str, dict[str, int]]:
         """Per provider: events pending, failed, set aside, and processed in the last 24 hours."""
         async with driver_connection(self.db) as connection:

@@ -141,6 +141,13 @@ GET_WITH_PAYLOAD = f"SELECT {_RECORD}, payload::text AS payload FROM webhook_eve
 RESET_FOR_REPLAY = """
 UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL WHERE id = $1
 """
+# Pipeline latency of the last hour per provider (the processed rows of that hour, by ix_webhook_event_processed).
+LATENCY_LAST_HOUR = """
+SELECT provider, count(*) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at)) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at)) AS p99
+FROM webhook_event WHERE processed_at > now() - interval '1 hour' GROUP BY provider
+"""
 # Per provider, through the partial indexes: cheap whatever the number of processed rows.
 COUNTS = """
 SELECT provider, 'pending' AS state, count(*) AS n FROM webhook_event

@@ -1,0 +1,1 @@
+"""The operator's view of the pipeline: /metrics and the /ops page."""

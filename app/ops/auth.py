@@ -1,0 +1,99 @@
+"""Who may use ``/ops``: one password (``OPS_PASSWORD``), a signed session cookie, CSRF tokens, limited tries.
+
+The session is Litestar's client-side cookie session (encrypted and signed
+with a key derived from the password, so changing the password ends every
+session), ``HttpOnly``, ``SameSite=Strict``, ``Secure`` in production, and
+limited to ``/ops``. Each session carries a CSRF token; every form posts it
+back and a POST without the right one is refused (403). The token is checked
+here rather than by Litestar's CSRF middleware, which is app-wide and would
+sit on the webhook routes' hot path. Login tries are limited per client (10
+failed ones a minute, then 429) with the same Redis limiter as the webhooks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.exceptions import HTTPException, PermissionDeniedException
+from litestar.handlers import BaseRouteHandler
+from litestar.middleware.session.client_side import CookieBackendConfig
+from litestar.response import Redirect
+
+from app.core.settings import Settings
+from app.webhooks.client_ip import client_ip, forwarded_for
+
+LOGIN_FAILURES_PER_MINUTE = 10
+SESSION_HOURS = 12
+_CSRF = "csrf"
+_OPERATOR = "operator"
+
+
+def session_config(settings: Settings) -> CookieBackendConfig:
+    assert settings.ops_password, "the /ops routes exist only with OPS_PASSWORD set"
+    key = hashlib.sha256(b"saas-jobs ops session\0" + settings.ops_password.encode()).digest()
+    return CookieBackendConfig(
+        secret=key,
+        key="ops_session",
+        path="/ops",
+        max_age=SESSION_HOURS * 3600,
+        httponly=True,
+        samesite="strict",
+        secure=settings.is_production,
+    )
+
+
+def password_matches(given: str, settings: Settings) -> bool:
+    expected = hashlib.sha256((settings.ops_password or "").encode()).digest()
+    return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), expected)
+
+
+def csrf_token(request: Request[Any, Any, Any]) -> str:
+    """The session's token (made on its first page): every form of it carries it."""
+    token = request.session.get(_CSRF)
+    if not token:
+        token = secrets.token_urlsafe(32)
+        request.set_session({**request.session, _CSRF: token})
+    return str(token)
+
+
+async def check_csrf(request: Request[Any, Any, Any]) -> dict[str, str]:
+    """The posted form, if it carries the session's CSRF token; otherwise 403."""
+    form = {key: str(value) for key, value in (await request.form()).items()}
+    expected = request.session.get(_CSRF) or ""
+    if not expected or not hmac.compare_digest(form.get("_csrf", "").encode(), str(expected).encode()):
+        raise PermissionDeniedException(detail="The form's CSRF token is missing or wrong: reload the page and retry.")
+    return form
+
+
+def log_in(request: Request[Any, Any, Any]) -> None:
+    """A fresh session (and token) at login: a token seen before the login is not the session's."""
+    request.set_session({_OPERATOR: True, _CSRF: secrets.token_urlsafe(32)})
+
+
+def logged_in(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    return bool(connection.session.get(_OPERATOR))
+
+
+class NotLoggedInError(HTTPException):
+    status_code = 303
+
+
+async def operator_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Pages past the login: without a session, back to the login form."""
+    if not logged_in(connection):
+        raise NotLoggedInError(headers={"Location": "/ops"})
+
+
+def to_login(_: Request[Any, Any, Any], __: NotLoggedInError) -> Redirect:
+    return Redirect("/ops", status_code=303)
+
+
+def client_of(request: Request[Any, Any, Any], settings: Settings) -> str:
+    peer = request.client.host if request.client else None
+    lines = request.headers.getall("x-forwarded-for", []) if settings.trusted_proxies else []
+    return client_ip(peer, forwarded_for(lines), settings.trusted_proxies)

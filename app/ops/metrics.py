@@ -1,0 +1,66 @@
+"""``GET /metrics`` of the API: its own counters (every API process's, in multiprocess mode) and the pipeline's state.
+
+The state is read at scrape time (``pipeline_state``) and exposed by the API
+only, not by the workers: several API instances then show the same values,
+which dashboards and alert rules take the ``max`` of. With ``METRICS_TOKEN``
+set, a scrape must send ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from typing import Any
+
+from litestar import Request, Response, get
+from litestar.exceptions import NotAuthorizedException
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from app.core.metrics import CONTENT_TYPE_LATEST, exposition
+from app.core.resources import Resources
+from app.ops.pipeline_state import PipelineState, read_state, worker_crons
+
+INBOX_STATES = ("pending", "failed", "set_aside")
+
+
+def state_metrics(state: PipelineState) -> Iterator[Metric]:
+    inbox = GaugeMetricFamily("webhook_inbox_events", "Inbox events by state.", labels=["provider", "state"])
+    for provider, counts in sorted(state.inbox.items()):
+        for name in INBOX_STATES:
+            inbox.add_metric([provider, name], counts.get(name, 0))
+    yield inbox
+    waiting = GaugeMetricFamily("queue_jobs_waiting", "Jobs waiting in each queue (due or deferred).", labels=["queue"])
+    for queue, count in state.waiting.items():
+        waiting.add_metric([queue], count)
+    yield waiting
+    yield GaugeMetricFamily("workers_alive", "Worker processes that beat within 30 s.", value=len(state.workers))
+    success = GaugeMetricFamily(
+        "cron_last_success_timestamp_seconds", "When each cron last finished a tick without error.", labels=["cron"]
+    )
+    period = GaugeMetricFamily("cron_period_seconds", "Seconds between two ticks of each cron.", labels=["cron"])
+    for cron in state.crons:
+        if cron.last_success is not None:
+            success.add_metric([cron.name], cron.last_success.timestamp())
+        period.add_metric([cron.name], cron.period_seconds)
+    yield success
+    yield period
+
+
+def _authorized(request: Request[Any, Any, Any], token: str | None) -> bool:
+    if not token:
+        return True
+    given = request.headers.get("authorization", "").encode("latin-1")
+    return hmac.compare_digest(given, f"Bearer {token}".encode())
+
+
+@get("/metrics", include_in_schema=False, cache=False)
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Prometheus' text format."""
+    resources: Resources = request.app.state.resources
+    if not _authorized(request, resources.settings.metrics_token):
+        raise NotAuthorizedException(
+            detail="Send Authorization: Bearer <METRICS_TOKEN>.", headers={"WWW-Authenticate": "Bearer"}
+        )
+    state = await read_state(resources, worker_crons(request.app.state.runtime.worker_modules))
+    return Response(exposition(state_metrics(state)), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,66 @@
+"""The pipeline's state as read at a moment: inbox counts, queue depth, workers alive, crons.
+
+Read at each scrape of the API's ``/metrics`` and each view of ``/ops``,
+through the inbox's partial indexes and Redis' sorted sets: cheap whatever
+the number of processed events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from app.core.module import FeatureModule
+from app.core.resources import Resources
+from app.queue.arq_driver import queue_key
+from app.queue.crons import last_successes, latest_runs, next_tick, period_seconds
+from app.queue.heartbeat import alive
+from app.queue.job import CronJob
+from app.queue.models import CronRun
+from app.queue.queues import QueueName
+from app.queue.registry import JobRegistry
+from app.webhooks.inbox import Inbox
+
+
+@dataclass(frozen=True)
+class CronState:
+    name: str
+    pattern: str
+    period_seconds: float
+    next_tick: datetime
+    last_run: CronRun | None
+    last_success: datetime | None
+
+
+@dataclass
+class PipelineState:
+    inbox: dict[str, dict[str, int]] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+    workers: list[str] = field(default_factory=list)
+    crons: list[CronState] = field(default_factory=list)
+
+
+async def read_state(resources: Resources, worker_crons: dict[str, type[CronJob]]) -> PipelineState:
+    state = PipelineState(inbox=await Inbox(resources.db).counts())
+    redis, settings = resources.redis, resources.settings
+    for queue in QueueName:
+        state.waiting[str(queue)] = int(await redis.zcard(queue_key(settings, queue)))
+    state.workers = await alive(redis, settings)
+    state.crons = await _crons(resources, worker_crons)
+    return state
+
+
+async def _crons(resources: Resources, crons: dict[str, type[CronJob]]) -> list[CronState]:
+    names, now = list(crons), datetime.now(UTC)
+    runs, successes = await latest_runs(resources.db, names), await last_successes(resources.db, names)
+    listed = []
+    for name, cron in crons.items():
+        pattern = cron.schedule(resources.settings)
+        period = period_seconds(pattern, now)
+        listed.append(CronState(name, pattern, period, next_tick(pattern, now), runs.get(name), successes.get(name)))
+    return listed
+
+
+def worker_crons(modules: Sequence[FeatureModule]) -> dict[str, type[CronJob]]:
+    return JobRegistry.from_modules(modules).crons

@@ -1,0 +1,104 @@
+"""What the operations page shows, gathered from the inbox repository, Redis and the crons' rows (no SQL here)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+from urllib.parse import urlencode
+
+from app.core.resources import Resources
+from app.ops.pipeline_state import PipelineState, read_state, worker_crons
+from app.webhooks.inbox import STATES, EventRecord, Inbox, State
+from app.webhooks.refusals import refused_last_hour
+
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class ProviderRow:
+    provider: str
+    pending: int
+    failed: int
+    set_aside: int
+    processed_24h: int
+    refused_1h: int
+    latency: tuple[int, float, float] | None  # events, p50 and p99 seconds, over the last hour
+
+
+@dataclass(frozen=True)
+class Overview:
+    providers: list[ProviderRow]
+    state: PipelineState
+
+
+async def overview(resources: Resources, worker_modules: Any, providers: list[str]) -> Overview:
+    inbox = Inbox(resources.db)
+    state = await read_state(resources, worker_crons(worker_modules))
+    latency = await inbox.latency_last_hour()
+    refused = await refused_last_hour(resources.redis, resources.settings.redis_namespace, providers)
+    names = sorted({*providers, *state.inbox, *latency})
+    rows = [
+        ProviderRow(
+            name,
+            state.inbox.get(name, {}).get("pending", 0),
+            state.inbox.get(name, {}).get("failed", 0),
+            state.inbox.get(name, {}).get("set_aside", 0),
+            state.inbox.get(name, {}).get("processed_24h", 0),
+            refused.get(name, 0),
+            latency.get(name),
+        )
+        for name in names
+    ]
+    return Overview(rows, state)
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    provider: str | None = None
+    state: State | None = None
+    type: str | None = None
+    event_id: str | None = None
+
+    @classmethod
+    def of(cls, query: dict[str, str]) -> EventFilters:
+        state = query.get("state") or None
+        return cls(
+            provider=query.get("provider") or None,
+            state=cast(State, state) if state in STATES else None,
+            type=query.get("type") or None,
+            event_id=query.get("event_id") or None,
+        )
+
+    def query(self, **extra: Any) -> str:
+        """The filters (and ``extra``) as a query string for the next page's link."""
+        items = {"provider": self.provider, "state": self.state, "type": self.type, "event_id": self.event_id, **extra}
+        return urlencode({key: value for key, value in items.items() if value})
+
+
+async def events_page(resources: Resources, filters: EventFilters, before_id: int | None) -> list[EventRecord]:
+    return await Inbox(resources.db).page(
+        provider=filters.provider,
+        state=filters.state,
+        event_type=filters.type,
+        event_id=filters.event_id,
+        before_id=before_id,
+        limit=PAGE_SIZE,
+    )
+
+
+def pretty_json(text: str | None) -> str:
+    if text is None:
+        return ""
+    return json.dumps(json.loads(text), indent=2, sort_keys=True)
+
+
+def ago(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return "never"
+    seconds = int((now - at).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"

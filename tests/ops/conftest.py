@@ -1,0 +1,152 @@
+"""Fixtures of the operations tests: a real API process, a real headless Chromium, known inbox rows."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.async_api import Browser, BrowserContext, Page, Response, async_playwright
+
+from app.core.resources import Resources
+from app.webhooks.models import WebhookEvent
+from tests.processes import logged_api_process
+
+OPS_PASSWORD = "ops-test-password-7291"
+PHONE = {"width": 390, "height": 844}
+# No first-run work, no update checks, no GPU: the browser starts in about a second on a CI machine.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
+
+
+def chromium_path() -> str:
+    path = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail(
+            "The operations page is tested in Debian's Chromium, which is not installed: run `make browser` "
+            "(or set CHROMIUM_PATH to a Chromium binary).",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+def ops_env(settings_env: dict[str, str]) -> dict[str, str]:
+    return {**settings_env, "OPS_PASSWORD": OPS_PASSWORD}
+
+
+@pytest.fixture
+def ops_api(ops_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """The API, with the operations page, in its own process; its log is ``tmp_path / "api.log"``."""
+    with logged_api_process(ops_env, tmp_path / "api.log") as base_url:
+        yield base_url
+
+
+@dataclass
+class OpsPage:
+    """One browser tab on the operations page; every request the page makes is kept in ``requests``."""
+
+    page: Page
+    context: BrowserContext
+    base_url: str
+    requests: list[str] = field(default_factory=list)
+
+    async def open(self, path: str = "/ops") -> Response:
+        response = await self.page.goto(self.base_url + path)
+        assert response is not None
+        return response
+
+    async def submit(self, button: str, *, form: str = "main") -> Response:
+        """Click a form's submit button and wait for the page it answers with."""
+        async with self.page.expect_navigation() as navigation:
+            await self.page.locator(form).get_by_role("button", name=button).first.click()
+        response = await navigation.value
+        assert response is not None
+        return response
+
+    async def log_in(self, password: str = OPS_PASSWORD) -> Response:
+        await self.open()
+        await self.page.fill("#password", password)
+        return await self.submit("Log in")
+
+    async def message(self) -> str:
+        return (await self.page.locator(".message").inner_text()).strip()
+
+    def other_hosts(self) -> list[str]:
+        ours = urlsplit(self.base_url).netloc
+        return [url for url in self.requests if urlsplit(url).netloc != ours]
+
+
+async def open_tab(browser: Browser, base_url: str, **context_options: object) -> OpsPage:
+    context = await browser.new_context(**context_options)  # type: ignore[arg-type]
+    page = await context.new_page()
+    tab = OpsPage(page, context, base_url)
+    page.on("request", lambda request: tab.requests.append(request.url))
+    return tab
+
+
+@pytest.fixture
+async def ops(browser: Browser, ops_api: str) -> AsyncIterator[OpsPage]:
+    tab = await open_tab(browser, ops_api)
+    yield tab
+    await tab.context.close()
+
+
+@dataclass(frozen=True)
+class KnownEvents:
+    """Inbox rows in every state, with the counts the overview must show."""
+
+    counts: dict[str, dict[str, int]]
+    failed_row: int
+    set_aside_rows: list[int]
+
+
+def _event(provider: str, n: int, **fields: object) -> WebhookEvent:
+    now = datetime.now(UTC)
+    row = WebhookEvent(
+        provider=provider,
+        event_id=f"evt_ops_{provider}_{n}",
+        type="customer.subscription.updated" if provider == "stripe" else "user.updated",
+        payload={"id": f"evt_ops_{provider}_{n}", "type": "test"},
+        received_at=now - timedelta(minutes=30),
+        attempts=0,
+    )
+    for name, value in fields.items():
+        setattr(row, name, value)
+    return row
+
+
+async def seed_known_events(resources: Resources) -> KnownEvents:
+    """stripe: 3 pending, 2 failed, 1 set aside, 4 processed; clerk: 1 pending, 2 set aside, 1 processed 2 days ago."""
+    now = datetime.now(UTC)
+    processed = {"attempts": 1, "processed_at": now - timedelta(minutes=5)}
+    set_aside = {"attempts": 33, "abandoned_at": now - timedelta(minutes=1), "last_error": "RuntimeError: boom"}
+    rows = [
+        *(_event("stripe", n) for n in range(3)),
+        *(_event("stripe", n, attempts=n - 2, last_error="StripeError: stub fault") for n in range(3, 5)),
+        _event("stripe", 5, **set_aside),
+        *(_event("stripe", n, **processed) for n in range(6, 10)),
+        _event("clerk", 0),
+        *(_event("clerk", n, **set_aside) for n in range(1, 3)),
+        _event("clerk", 3, attempts=1, processed_at=now - timedelta(days=2)),
+    ]
+    async with resources.db.session() as session:
+        session.add_all(rows)
+        await session.commit()
+    counts = {
+        "stripe": {"pending": 3, "failed": 2, "set_aside": 1, "processed_24h": 4},
+        "clerk": {"pending": 1, "failed": 0, "set_aside": 2, "processed_24h": 0},
+    }
+    return KnownEvents(counts, failed_row=rows[3].id, set_aside_rows=[rows[5].id, rows[11].id, rows[12].id])
