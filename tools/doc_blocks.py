@@ -174,9 +174,13 @@ def documents(root: Path) -> list[str]:
 
 
 def tracked_files(root: Path, pattern: str | None = None) -> list[str]:
+    """The files git tracks; outside a git checkout (an unpacked archive), every file but hidden ones."""
     command = ["git", "ls-files", "-z", *([pattern] if pattern else [])]
-    listed = subprocess.run(command, cwd=root, capture_output=True, check=True).stdout.decode()
-    return [name for name in listed.split("\0") if name and (root / name).is_file()]
+    listed = subprocess.run(command, cwd=root, capture_output=True)
+    if listed.returncode != 0:
+        found = (path.relative_to(root) for path in root.rglob(pattern or "*") if path.is_file())
+        return sorted(str(path) for path in found if not any(part.startswith(".") for part in path.parts))
+    return [name for name in listed.stdout.decode().split("\0") if name and (root / name).is_file()]
 
 
 def copy_files(root: Path, names: Iterable[str], dest: Path) -> None:
