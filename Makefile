@@ -15,10 +15,13 @@ WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
 .PHONY: install dev api worker test lint format migrate retry-abandoned cli send-test-webhook bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
-	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@test -d $(VENV) || { echo "Creating the virtual environment $(VENV)..."; $(PYTHON) -m venv $(VENV); }
+	@echo "Upgrading pip in $(VENV)..."
 	@$(BIN)/python -m pip install -q --upgrade pip
+	@echo "Installing the project's packages into $(VENV) (about a minute)..."
 	@$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	@touch $@
+	@echo "Installed: $(VENV) is ready."
 
 install: $(VENV)/.installed
 
@@ -35,10 +38,11 @@ test: install  ## the whole suite against real Postgres and Redis
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
 		$(BIN)/pytest -n 2 -q -p no:cacheprovider $(PYTEST_ARGS)
 
-lint: install
+lint: install  ## ruff and mypy on the code, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
-	@$(BIN)/mypy app bench
+	@$(BIN)/mypy app bench tools
+	@$(BIN)/python -m tools.doc_blocks
 
 format: install
 	@$(BIN)/ruff format .

@@ -8,8 +8,8 @@ Create Date: ${create_date}
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 ${imports if imports else ""}
+from alembic import op
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}

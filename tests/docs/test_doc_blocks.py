@@ -1,0 +1,44 @@
+"""The block reader and the diff applier the documentation checks rest on."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.doc_blocks import DocBlockError, apply_diff, extract_blocks
+
+GUIDE = """# A guide
+
+```python file=app/x.py
+import os
+```
+
+1. In a list:
+
+   ```diff file=app/y.py
+    keep
+   -old
+   +new
+   ```
+
+```bash run
+make migrate
+```
+"""
+
+
+def test_blocks_keep_their_language_attributes_flags_and_line() -> None:
+    python, diff, bash = extract_blocks(GUIDE, "docs/guide.md")
+
+    assert (python.lang, python.file, python.line, python.text) == ("python", "app/x.py", 3, "import os\n")
+    assert (diff.lang, diff.file, diff.line, diff.text) == ("diff", "app/y.py", 9, " keep\n-old\n+new\n")
+    assert (bash.lang, bash.flags, bash.where) == ("bash", frozenset({"run"}), "docs/guide.md:15")
+
+
+def test_a_diff_replaces_its_text_found_exactly_once() -> None:
+    text = "a = 1\nb = 2\n\nc = 3\n"
+
+    assert apply_diff(text, " a = 1\n-b = 2\n+b = 20\n@@\n \n-c = 3\n+c = 30\n") == "a = 1\nb = 20\n\nc = 30\n"
+    with pytest.raises(DocBlockError, match="is not in the file"):
+        apply_diff(text, "-b = 3\n+b = 30\n")
+    with pytest.raises(DocBlockError, match="occurs 2 times"):
+        apply_diff("x\nx\n", "-x\n+y\n")
