@@ -33,6 +33,7 @@ from app.billing.stripe_objects import (
     parse_subscription,
     timestamp,
 )
+from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
 from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.errors import RetryLater, error_for_http_status
@@ -76,7 +77,9 @@ class StripeGateway:
         """One call when the customer has a current subscription (they come expanded), two when it has none."""
         params: Any = {"expand": ["subscriptions"]}
         v1 = self._client.v1
-        customer = await self._call(f"customer {customer_id}", lambda: v1.customers.retrieve_async(customer_id, params))
+        customer = await self._call(
+            "customers.retrieve", f"customer {customer_id}", lambda: v1.customers.retrieve_async(customer_id, params)
+        )
         if customer.get("deleted"):
             return CustomerBilling(customer_id, deleted=True, subscriptions=())
         listed = (customer.get("subscriptions") or {}).get("data") or []
@@ -84,13 +87,17 @@ class StripeGateway:
             # No current one: the newest of any state is shown (a cancellation stays visible).
             everything: Any = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
             what = f"subscriptions of customer {customer_id}"
-            listed = (await self._call(what, lambda: v1.subscriptions.list_async(everything)))["data"]
+            listed = (await self._call("subscriptions.list", what, lambda: v1.subscriptions.list_async(everything)))[
+                "data"
+            ]
         newest_first = sorted(listed, key=lambda sub: sub.get("created") or 0, reverse=True)
         return CustomerBilling(customer_id, False, tuple(parse_subscription(sub) for sub in newest_first))
 
     async def checkout_session(self, session_id: str) -> CheckoutSession:
         sessions = self._client.v1.checkout.sessions
-        session = await self._call(f"checkout session {session_id}", lambda: sessions.retrieve_async(session_id))
+        session = await self._call(
+            "checkout.sessions.retrieve", f"checkout session {session_id}", lambda: sessions.retrieve_async(session_id)
+        )
         return CheckoutSession(
             id=session_id,
             customer_id=link_id(session.get("customer")),
@@ -101,7 +108,9 @@ class StripeGateway:
         """The charge, with the refunds it has now (one call: they are expanded)."""
         params: Any = {"expand": ["refunds"]}
         charges = self._client.v1.charges
-        data = await self._call(f"charge {charge_id}", lambda: charges.retrieve_async(charge_id, params))
+        data = await self._call(
+            "charges.retrieve", f"charge {charge_id}", lambda: charges.retrieve_async(charge_id, params)
+        )
         refund_ids = tuple(str(refund["id"]) for refund in (data.get("refunds") or {}).get("data", []))
         return RefundedCharge(parse_charge(data), refund_ids)
 
@@ -111,7 +120,7 @@ class StripeGateway:
         ``known_charge``: the object's charge as read before; what billing takes
         from it never changes (see ``Charge``), so it is not read again.
         """
-        obj = await self._call(f"{kind} {stripe_id}", lambda: self._retrieve(kind, stripe_id))
+        obj = await self._call(f"{kind}s.retrieve", f"{kind} {stripe_id}", lambda: self._retrieve(kind, stripe_id))
         charge = await self._charge_of(obj, known_charge)
         if kind == "early_fraud_warning":  # a warning has no status or amount of its own: its charge's
             obj = {
@@ -143,7 +152,7 @@ class StripeGateway:
             "limit": _EVENTS_PAGE,
             **({"starting_after": starting_after} if starting_after else {}),
         }
-        page = await self._call("the event list", lambda: self._client.v1.events.list_async(params))
+        page = await self._call("events.list", "the event list", lambda: self._client.v1.events.list_async(params))
         return list(page["data"]), bool(page.get("has_more"))
 
     async def _charge_of(self, obj: dict[str, Any], known: Charge | None) -> Charge | None:
@@ -153,7 +162,9 @@ class StripeGateway:
         if known is not None and known.id == charge_id:
             return known
         charges = self._client.v1.charges
-        return parse_charge(await self._call(f"charge {charge_id}", lambda: charges.retrieve_async(charge_id)))
+        return parse_charge(
+            await self._call("charges.retrieve", f"charge {charge_id}", lambda: charges.retrieve_async(charge_id))
+        )
 
     def _retrieve(self, kind: MirrorKind, stripe_id: str) -> Awaitable[Any]:
         v1 = self._client.v1
@@ -163,14 +174,20 @@ class StripeGateway:
             return v1.refunds.retrieve_async(stripe_id)
         return v1.radar.early_fraud_warnings.retrieve_async(stripe_id)
 
-    async def _call(self, what: str, call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
-        """One SDK call through the budget, as a plain dict; a 429 is waited out and the call made again."""
+    async def _call(self, operation: str, what: str, call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+        """One SDK call through the budget, as a plain dict; a 429 is waited out and the call made again.
+
+        ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages.
+        """
         started = time.monotonic()
         while True:
-            await self.budget.acquire()
+            STRIPE_BUDGET_WAIT.observe(await self.budget.acquire())
             try:
                 result = await call()
-            except stripe.RateLimitError as exc:
+            except stripe.StripeError as exc:
+                child(STRIPE_REQUESTS, operation, str(exc.http_status or "none")).inc()
+                if not isinstance(exc, stripe.RateLimitError):
+                    raise self._mapped(what, exc) from exc
                 wait = _retry_after(exc) or _DEFAULT_RETRY_AFTER_SECONDS
                 if time.monotonic() - started + wait > MAX_WAIT_SECONDS:
                     raise RetryLater(f"Stripe keeps answering 429 reading {what}", after_seconds=wait) from exc
@@ -179,15 +196,17 @@ class StripeGateway:
                 )
                 await self.budget.pause(wait)
                 continue
-            except stripe.APIConnectionError as exc:
-                raise ConnectionError(
-                    f"Stripe did not answer reading {what} within {self.timeout:g}s, or the connection to "
-                    f"{self.base_url} failed ({exc.user_message or type(exc).__name__}); retried with backoff."
-                ) from exc
-            except stripe.StripeError as exc:
-                raise self._failure(what, exc) from exc
+            child(STRIPE_REQUESTS, operation, "200").inc()
             data: dict[str, Any] = result.to_dict()
             return data
+
+    def _mapped(self, what: str, exc: stripe.StripeError) -> Exception:
+        if isinstance(exc, stripe.APIConnectionError):
+            return ConnectionError(
+                f"Stripe did not answer reading {what} within {self.timeout:g}s, or the connection to "
+                f"{self.base_url} failed ({exc.user_message or type(exc).__name__}); retried with backoff."
+            )
+        return self._failure(what, exc)
 
     @staticmethod
     def _failure(what: str, exc: stripe.StripeError) -> Exception:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,10 +29,15 @@ def current_request_id() -> str | None:
     return REQUEST_ID.get()
 
 
+_ACCEPTED = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,128}")
+
+
 def _incoming_request_id(scope: Scope) -> str | None:
+    """A proxy's id, kept when it looks like one: anything else (spaces, quotes, control bytes) would be
+    written into every log line and stored with the event, so a fresh id replaces it."""
     for name, value in scope.get("headers", ()):
-        if name == _HEADER and 0 < len(value) <= 128:
-            return value.decode("latin-1")
+        if name == _HEADER and _ACCEPTED.fullmatch(value):
+            return value.decode("ascii")
     return None
 
 

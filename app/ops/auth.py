@@ -90,7 +90,7 @@ async def operator_guard(connection: ASGIConnection[Any, Any, Any, Any], _: Base
 
 
 def to_login(_: Request[Any, Any, Any], __: NotLoggedInError) -> Redirect:
-    return Redirect("/ops", status_code=303)
+    return Redirect("/ops", status_code=303)  # a GET after any POST: the login form
 
 
 def client_of(request: Request[Any, Any, Any], settings: Settings) -> str:

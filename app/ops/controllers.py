@@ -14,16 +14,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import ResponseHeader
-from litestar.exceptions import NotFoundException, TooManyRequestsException
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.response import Template
 from litestar.static_files import create_static_files_router
 
 from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.resources import Resources
 from app.ops import auth
-from app.ops.views import EventFilters, ago, events_page, overview, pretty_json
+from app.ops.views import EventFilters, ago, duration, events_page, overview, pretty_json
 from app.queue.crons import cron_job_id
 from app.queue.job import CronTick
 from app.queue.registry import JobRegistry
@@ -52,14 +52,43 @@ def _resources(request: Request[Any, Any, Any]) -> Resources:
     return resources
 
 
+def _context(request: Request[Any, Any, Any], message: str | None, **context: Any) -> dict[str, Any]:
+    return {
+        "csrf": auth.csrf_token(request),
+        "logged_in": auth.logged_in(request),
+        "message": message,
+        "now": datetime.now(UTC),
+        "ago": ago,
+        "duration": duration,
+        **context,
+    }
+
+
 def _page(
-    request: Request[Any, Any, Any], name: str, message: str | None = None, *, status_code: int = 200, **context: Any
+    request: Request[Any, Any, Any],
+    name: str,
+    message: str | None = None,
+    *,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+    **context: Any,
 ) -> Template:
     return Template(
         template_name=f"ops/{name}.html.j2",
-        context={"csrf": auth.csrf_token(request), "message": message, "now": datetime.now(UTC), "ago": ago, **context},
+        context=_context(request, message, **context),
         status_code=status_code,
+        headers=headers,
     )
+
+
+def _error_page(request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:
+    """A refusal (403 without the CSRF token, 404 for an unknown event...) as a page, not as JSON."""
+    if isinstance(exc, auth.NotLoggedInError):
+        return auth.to_login(request, exc)
+    engine = request.app.template_engine
+    assert engine is not None
+    html = engine.get_template("ops/error.html.j2").render(**_context(request, exc.detail, status=exc.status_code))
+    return Response(html, status_code=exc.status_code, media_type=MediaType.HTML, headers=exc.headers)
 
 
 async def _overview(request: Request[Any, Any, Any], message: str | None = None) -> Template:
@@ -77,7 +106,7 @@ def _act(request: Request[Any, Any, Any], action: str, target: str) -> None:
 class OpsController(Controller):
     path = "/ops"
     response_headers = _HEADERS
-    exception_handlers = {auth.NotLoggedInError: auth.to_login}
+    exception_handlers = {HTTPException: _error_page}
 
     @get("/", name="ops-home", include_in_schema=False)
     async def home(self, request: Request[Any, Any, Any]) -> Template:
@@ -92,9 +121,9 @@ class OpsController(Controller):
         client = auth.client_of(request, resources.settings)
         limiter: SlidingWindowRateLimiter = resources.extensions[LOGIN_LIMITER]
         if await limiter.used("ops-login", client) >= auth.LOGIN_FAILURES_PER_MINUTE:
-            raise TooManyRequestsException(
-                detail="Too many failed logins: wait a minute.", headers={"Retry-After": "60"}
-            )
+            logger.warning("Operations page: a login from %s refused, too many failed tries.", client)
+            message = f"{auth.LOGIN_FAILURES_PER_MINUTE} failed logins in a minute from your address: wait a minute."
+            return _page(request, "login", message, status_code=429, headers={"Retry-After": "60"})
         if not auth.password_matches(form.get("password", ""), resources.settings):
             await limiter.hit("ops-login", client)
             logger.warning("Operations page: a failed login from %s.", client)

@@ -94,6 +94,17 @@ def pretty_json(text: str | None) -> str:
     return json.dumps(json.loads(text), indent=2, sort_keys=True)
 
 
+def duration(seconds: float) -> str:
+    """A latency as an operator reads it: ``0.42 s``, ``38 s``, ``25 min``, ``3.5 h``."""
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def ago(at: datetime | None, now: datetime) -> str:
     if at is None:
         return "never"

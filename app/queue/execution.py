@@ -18,6 +18,7 @@ import msgspec
 import structlog
 from arq import Retry
 
+from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
 from app.queue.errors import PermanentError
@@ -69,11 +70,18 @@ async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *,
             final = is_final(exc)
             policy = job_cls.retry_policy(context.resources.settings)
             delay = None if final else retry_delay(policy, context.attempt, exc)
+            _count(name, "failed" if delay is None else "retry", started)
             _log_and_report(context, name, exc, started, final=final, delay=delay)
             if delay is None:
                 raise
             raise Retry(defer=delay) from exc
+        _count(name, "ok", started)
         logger.info("Job %s finished in %.0f ms.", name, _ms(started), extra={"duration_ms": _ms(started)})
+
+
+def _count(name: str, outcome: str, started: float) -> None:
+    child(JOB_RUNS, name, outcome).inc()
+    child(JOB_DURATION, name).observe(time.perf_counter() - started)
 
 
 async def _run_body(context: JobContext, job_cls: type[Job[Any]], raw: Any, is_final: Any) -> None:

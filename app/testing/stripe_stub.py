@@ -9,7 +9,7 @@ Another process (``python -m app.testing.stripe_stub --port 12111``) is driven o
 ``POST /_stub/state`` ``{"kind": "subscription", "args": {"customer_id": "cus_1"}}`` or
 ``{"object": {...}}``; ``POST /_stub/remove`` ``{"kind", "id"}``; ``POST /_stub/fail``,
 ``/_stub/rate_limit``, ``/_stub/slow`` with the keyword arguments of those methods;
-``POST /_stub/reset``; ``GET /_stub/requests``.
+``POST /_stub/clear_faults``; ``POST /_stub/reset``; ``GET /_stub/requests``.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class StripeStub(StripeStubState, LoopbackServer):
             command("/event", lambda **body: self.put_event(body["event"])),
             *(
                 command(f"/{name}", getattr(self, name))
-                for name in ("remove", "fail", "rate_limit", "slow", "reset", "enforce_rate_limit")
+                for name in ("remove", "fail", "rate_limit", "slow", "clear_faults", "reset", "enforce_rate_limit")
             ),
             requests,
         ]

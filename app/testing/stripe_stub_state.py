@@ -129,6 +129,11 @@ class StripeStubState(StripeStubLists):
         """Answers normally, but only after `seconds`: exercises the client's timeout."""
         self._add_fault(_Fault("slow", path_prefix, times, seconds=seconds))
 
+    def clear_faults(self) -> None:
+        """Every scheduled fault gone (an outage ends); objects and the request log stay."""
+        with self._lock:
+            self._faults.clear()
+
     def _add_fault(self, fault: _Fault) -> None:
         with self._lock:
             self._faults.append(fault)

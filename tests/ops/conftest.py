@@ -54,6 +54,20 @@ def ops_api(ops_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
         yield base_url
 
 
+async def screenshot(page: Page, name: str, tmp_path: Path) -> Path:
+    """A PNG of the whole page: into ``OPS_SCREENSHOT_DIR`` when set (``make screenshots``: the docs' images)."""
+    folder = Path(os.environ.get("OPS_SCREENSHOT_DIR") or tmp_path)
+    path = folder / name
+    await page.screenshot(path=str(path), full_page=True)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return path
+
+
+def api_log(tmp_path: Path) -> str:
+    """What the ``ops_api`` process has logged so far."""
+    return (tmp_path / "api.log").read_text(errors="replace")
+
+
 @dataclass
 class OpsPage:
     """One browser tab on the operations page; every request the page makes is kept in ``requests``."""
@@ -113,8 +127,9 @@ class KnownEvents:
     set_aside_rows: list[int]
 
 
-def _event(provider: str, n: int, **fields: object) -> WebhookEvent:
-    now = datetime.now(UTC)
+def event_row(provider: str, n: int, now: datetime | None = None, **fields: object) -> WebhookEvent:
+    """An inbox row received half an hour before ``now``: pending unless ``fields`` say otherwise."""
+    now = now or datetime.now(UTC)
     row = WebhookEvent(
         provider=provider,
         event_id=f"evt_ops_{provider}_{n}",
@@ -134,13 +149,13 @@ async def seed_known_events(resources: Resources) -> KnownEvents:
     processed = {"attempts": 1, "processed_at": now - timedelta(minutes=5)}
     set_aside = {"attempts": 33, "abandoned_at": now - timedelta(minutes=1), "last_error": "RuntimeError: boom"}
     rows = [
-        *(_event("stripe", n) for n in range(3)),
-        *(_event("stripe", n, attempts=n - 2, last_error="StripeError: stub fault") for n in range(3, 5)),
-        _event("stripe", 5, **set_aside),
-        *(_event("stripe", n, **processed) for n in range(6, 10)),
-        _event("clerk", 0),
-        *(_event("clerk", n, **set_aside) for n in range(1, 3)),
-        _event("clerk", 3, attempts=1, processed_at=now - timedelta(days=2)),
+        *(event_row("stripe", n) for n in range(3)),
+        *(event_row("stripe", n, attempts=n - 2, last_error="StripeError: stub fault") for n in range(3, 5)),
+        event_row("stripe", 5, **set_aside),
+        *(event_row("stripe", n, now, **processed) for n in range(6, 10)),
+        event_row("clerk", 0),
+        *(event_row("clerk", n, **set_aside) for n in range(1, 3)),
+        event_row("clerk", 3, attempts=1, processed_at=now - timedelta(days=2)),
     ]
     async with resources.db.session() as session:
         session.add_all(rows)

@@ -1,0 +1,214 @@
+"""The operations page in a real headless Chromium, against a real API process, Postgres and Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.async_api import Browser
+
+from app.core.resources import Resources
+from app.ops.auth import LOGIN_FAILURES_PER_MINUTE
+from app.ops.pipeline_state import read_state
+from app.testing import signed_stripe_delivery, stripe_event
+from app.webhooks.inbox import Inbox
+from tests.ops.conftest import PHONE, OpsPage, api_log, event_row, open_tab, screenshot, seed_known_events
+from tests.processes import logged_api_process
+
+pytestmark = pytest.mark.slow
+
+COUNTED = ("pending", "failed", "set_aside", "processed_24h")
+# Elements whose content is wider than their box (a table scrolling sideways, a name cut off).
+WIDER_THAN_THEIR_BOX = """
+[...document.querySelectorAll("main *")]
+  .filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).display !== "inline")
+  .map(e => e.tagName + (e.id ? "#" + e.id : "") + " " + e.textContent.trim().slice(0, 40))
+"""
+
+
+async def shown_counts(ops: OpsPage) -> dict[str, dict[str, int]]:
+    shown: dict[str, dict[str, int]] = {}
+    for row in await ops.page.locator("#inbox tbody tr").all():
+        provider = await row.get_attribute("data-provider")
+        assert provider is not None
+        cells = {name: await row.locator(f'[data-count="{name}"]').inner_text() for name in (*COUNTED, "refused_1h")}
+        shown[provider] = {name: int(text) for name, text in cells.items()}
+    return shown
+
+
+async def listed_rows(ops: OpsPage) -> list[tuple[int, str]]:
+    """(row id, state) of each event the list shows."""
+    listed = []
+    for row in await ops.page.locator("#events tbody tr[data-state]").all():
+        state = await row.get_attribute("data-state")
+        listed.append((int(await row.locator("td").first.inner_text()), str(state)))
+    return listed
+
+
+async def test_without_ops_password_the_page_does_not_exist(
+    browser: Browser, settings_env: dict[str, str], tmp_path: Path
+) -> None:
+    with logged_api_process(settings_env, tmp_path / "api.log") as base_url:
+        tab = await open_tab(browser, base_url)
+        for path in ("/ops", "/ops/events", "/ops/static/ops.css"):
+            assert (await tab.open(path)).status == 404, path
+        response = await tab.page.request.post(base_url + "/ops/login", form={"password": "anything"})
+        assert response.status == 404
+
+
+async def test_a_wrong_password_is_refused_and_tries_are_limited(ops: OpsPage) -> None:
+    for _ in range(LOGIN_FAILURES_PER_MINUTE):
+        response = await ops.log_in("not the password")
+        assert response.status == 401
+        assert await ops.message() == "Wrong password."
+    response = await ops.log_in("not the password")
+    assert response.status == 429
+    assert response.headers["retry-after"] == "60"
+    assert "wait a minute" in await ops.message()
+    response = await ops.log_in()  # the right password too, until the minute has passed
+    assert response.status == 429
+    assert await ops.page.locator("#inbox").count() == 0
+
+
+async def test_the_overview_shows_the_databases_counts(ops: OpsPage, resources: Resources, tmp_path: Path) -> None:
+    known = await seed_known_events(resources)
+    bad = signed_stripe_delivery(stripe_event("invoice.paid", {"id": "in_1"}), "whsec_" + "d3Jvbmctc2VjcmV0LXdyb25n")
+    async with httpx.AsyncClient(base_url=ops.base_url) as client:
+        for _ in range(2):  # a wrong secret: two refusals
+            response = await client.post("/webhooks/stripe", content=bad.body, headers=bad.headers)
+            assert response.status_code == 400
+
+    response = await ops.log_in()
+
+    assert response.status == 200
+    assert await ops.message() == "Logged in."
+    shown = await shown_counts(ops)
+    database = await Inbox(resources.db).counts()
+    for provider, counts in known.counts.items():
+        assert {name: shown[provider][name] for name in COUNTED} == counts
+        assert {name: database.get(provider, {}).get(name, 0) for name in COUNTED} == counts
+    assert shown["stripe"]["refused_1h"] == 2 and shown["clerk"]["refused_1h"] == 0
+    latency = await ops.page.locator('#inbox tr[data-provider="stripe"] td').last.inner_text()
+    assert latency == "25 min / 25 min (4 events)"  # received 30 min ago, processed 25 min later
+    assert await ops.page.locator("#workers").inner_text() == "0 workers alive."
+    assert "WebhookRecoveryCronJob" in await ops.page.locator("#crons").inner_text()
+    assert not ops.other_hosts()
+    await screenshot(ops.page, "ops-overview.png", tmp_path)
+
+
+async def test_the_events_list_filters_and_pages(ops: OpsPage, resources: Resources) -> None:
+    known = await seed_known_events(resources)
+    await ops.log_in()
+
+    await ops.open("/ops/events")
+    await ops.page.select_option('select[name="state"]', "set_aside")
+    await ops.submit("Filter")
+    assert sorted(row for row, _ in await listed_rows(ops)) == sorted(known.set_aside_rows)
+    await ops.page.fill('input[name="provider"]', "clerk")
+    await ops.submit("Filter")
+    assert sorted(row for row, _ in await listed_rows(ops)) == sorted(known.set_aside_rows[1:])
+
+    await ops.open("/ops/events?type=user.updated")
+    assert len(await listed_rows(ops)) == 4  # every clerk row, none of stripe's
+    await ops.open("/ops/events?event_id=evt_ops_stripe_3")
+    assert await listed_rows(ops) == [(known.failed_row, "failed")]
+
+    async with resources.db.session() as session:
+        session.add_all(event_row("stripe", n) for n in range(100, 150))
+        await session.commit()
+    await ops.open("/ops/events?provider=stripe")
+    first = await listed_rows(ops)
+    assert len(first) == 50
+    async with ops.page.expect_navigation():
+        await ops.page.get_by_role("link", name="Older events").click()
+    second = await listed_rows(ops)
+    assert len(first) + len(second) == 60 and not {r for r, _ in first} & {r for r, _ in second}
+    assert [r for r, _ in first + second] == sorted((r for r, _ in first + second), reverse=True)
+
+
+async def test_the_reopen_button_reopens_every_set_aside_event(
+    ops: OpsPage, resources: Resources, tmp_path: Path
+) -> None:
+    known = await seed_known_events(resources)
+    await ops.log_in()
+
+    response = await ops.submit("Reopen every set-aside event")
+
+    assert response.status == 200
+    assert await ops.message() == "Reopened 3 webhook events."
+    counts = await Inbox(resources.db).counts()
+    assert [counts[provider].get("set_aside", 0) for provider in ("stripe", "clerk")] == [0, 0]
+    for row_id in known.set_aside_rows:
+        event = await Inbox(resources.db).get(row_id)
+        assert event is not None and event.state == "pending"
+    assert (await shown_counts(ops))["clerk"]["set_aside"] == 0
+    assert "Operations page: reopen every set-aside webhook event, asked by 127.0.0.1." in api_log(tmp_path)
+
+
+async def test_a_post_without_the_csrf_token_is_refused(ops: OpsPage, resources: Resources) -> None:
+    known = await seed_known_events(resources)
+    await ops.log_in()
+    request = ops.page.request  # the browser's cookies (the session), but no form token
+
+    for path, form in (("/ops/reopen", {}), ("/ops/reopen", {"_csrf": "forged"}), ("/ops/backfill", {"hours": "1"})):
+        response = await request.post(ops.base_url + path, form=form)
+        assert response.status == 403, path
+        assert "CSRF token is missing or wrong" in await response.text()
+    assert (await Inbox(resources.db).counts())["stripe"]["set_aside"] == 1
+    assert (await Inbox(resources.db).get(known.set_aside_rows[0])) is not None
+
+
+async def test_the_session_cookie_is_httponly_strict_and_limited_to_ops(ops: OpsPage) -> None:
+    await ops.log_in()
+
+    (cookie,) = [cookie for cookie in await ops.context.cookies() if cookie["name"] == "ops_session"]
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Strict"
+    assert cookie["path"] == "/ops"
+    assert cookie["secure"] is False  # APP_ENV=test over plain HTTP; production below
+    assert await ops.page.evaluate("document.cookie") == ""  # no script can read it
+
+
+async def test_actions_say_what_they_did_and_are_logged_with_the_client(
+    ops: OpsPage, resources: Resources, tmp_path: Path
+) -> None:
+    known = await seed_known_events(resources)
+    await ops.log_in()
+
+    await ops.page.locator("#crons tr", has_text="WebhookRecoveryCronJob").get_by_role("button").click()
+    await ops.page.wait_for_selector(".message")
+    assert await ops.message() == "Cron WebhookRecoveryCronJob queued: a worker runs it now."
+    await ops.page.fill("#hours", "6")
+    await ops.submit("Run")
+    assert await ops.message() == "Backfill of the last 6 hours of Stripe events queued: a worker runs it."
+    await ops.open(f"/ops/events/{known.failed_row}")
+    await ops.submit("Retry")
+    assert await ops.message() == f"Queued stripe event evt_ops_stripe_3 (row {known.failed_row})."
+
+    waiting = (await read_state(resources, {})).waiting
+    assert waiting["cron-queue"] >= 1 and waiting["webhook-queue"] >= 1  # the tick, and the event's job
+    log = api_log(tmp_path)
+    for line in (
+        "Operations page: run cron WebhookRecoveryCronJob, asked by 127.0.0.1.",
+        "Operations page: backfill Stripe events of the last 6 h, asked by 127.0.0.1.",
+        f"Operations page: retry webhook event row {known.failed_row}, asked by 127.0.0.1.",
+    ):
+        assert line in log
+
+
+async def test_on_a_phone_sized_screen_nothing_runs_off_the_side(
+    browser: Browser, ops_api: str, resources: Resources, tmp_path: Path
+) -> None:
+    await seed_known_events(resources)
+    tab = await open_tab(browser, ops_api, viewport=PHONE, device_scale_factor=2, is_mobile=True)
+    await tab.log_in()
+    for path in ("/ops", "/ops/events", "/ops/events?state=failed"):
+        await tab.open(path)
+        overflow = await tab.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow} px wider than the screen"
+        hidden = await tab.page.evaluate(WIDER_THAN_THEIR_BOX)
+        assert not hidden, f"{path}: content cut off or scrolled sideways in {hidden}"
+    await tab.open("/ops")
+    await screenshot(tab.page, "ops-overview-phone.png", tmp_path)
+    await tab.context.close()
