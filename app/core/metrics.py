@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
     Counter,
@@ -32,7 +31,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-__all__ = ["CONTENT_TYPE_LATEST", "child", "exposition"]
+__all__ = ["CONTENT_TYPE", "child", "exposition"]
+
+# The text format that ``generate_latest`` writes and every Prometheus (2.x and 3.x) reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 disable_created_metrics()  # no ``*_created`` series beside each counter: they double what a scrape carries
 

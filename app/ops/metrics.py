@@ -17,7 +17,7 @@ from litestar.exceptions import NotAuthorizedException
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from app.core.metrics import CONTENT_TYPE_LATEST, exposition
+from app.core.metrics import CONTENT_TYPE, exposition
 from app.core.resources import Resources
 from app.ops.pipeline_state import PipelineState, read_state, worker_crons
 
@@ -63,4 +63,5 @@ async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
             detail="Send Authorization: Bearer <METRICS_TOKEN>.", headers={"WWW-Authenticate": "Bearer"}
         )
     state = await read_state(resources, worker_crons(request.app.state.runtime.worker_modules))
-    return Response(exposition(state_metrics(state)), media_type=CONTENT_TYPE_LATEST)
+    # Litestar adds the charset itself to a text/* media type.
+    return Response(exposition(state_metrics(state)), media_type=CONTENT_TYPE.removesuffix("; charset=utf-8"))

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from croniter import croniter
 from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import distinct_on, insert
 
 from app.core.db import Database
 from app.core.sentry import capture_checkin
@@ -71,7 +71,7 @@ async def latest_runs(db: Database, names: list[str]) -> dict[str, CronRun]:
             select(CronRun)
             .where(CronRun.name.in_(names))
             .order_by(CronRun.name, CronRun.slot.desc())
-            .distinct(CronRun.name)
+            .ext(distinct_on(CronRun.name))
         )
         return {row.name: row for row in rows}
 

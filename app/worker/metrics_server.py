@@ -17,7 +17,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from app.core.metrics import CONTENT_TYPE_LATEST, exposition
+from app.core.metrics import CONTENT_TYPE, exposition
 from app.core.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def metrics_app(token: str | None) -> Callable[[dict[str, Any], Callable[..., An
         if expected is not None and not hmac.compare_digest(given, expected):
             start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")])
             return [b"Send Authorization: Bearer <METRICS_TOKEN>.\n"]
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE)])
         return [exposition()]
 
     return app
