@@ -12,7 +12,11 @@ LITESTAR := $(BIN)/litestar --app app.asgi:create_app
 # Commands that need Postgres/Redis run through this: embedded servers (and dev secrets) when no URLs are set.
 WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
 
-.PHONY: install dev api worker test lint format migrate retry-abandoned cli send-test-webhook bench soak clean
+# Root installs Debian packages itself; anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install system-deps browser prometheus dev api worker test screenshots lint format migrate \
+	retry-abandoned cli send-test-webhook bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -d $(VENV) || { echo "Creating the virtual environment $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -25,6 +29,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 install: $(VENV)/.installed
 
+browser:  ## Debian's chromium, the browser the operations page is tested in (installed when missing)
+	@command -v chromium >/dev/null || { echo "Installing Debian's chromium (the browser tests use it)..."; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
+prometheus:  ## Debian's prometheus and promtool, for the metrics and alert-rule tests (installed when missing)
+	@command -v promtool >/dev/null || { echo "Installing Debian's prometheus (the metrics tests use it)..."; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq prometheus; }
+
+system-deps: browser prometheus
+
 dev: install  ## API and worker together, embedded Postgres and Redis when no URLs are set
 	@HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m tools.dev
 
@@ -34,9 +48,15 @@ api: install  ## the API only
 worker: install  ## a worker for every queue, or QUEUES=a,b
 	@$(WITH_DEV_ENV) $(BIN)/python -m app.worker $(if $(QUEUES),--queues $(QUEUES))
 
-test: install  ## the whole suite against real Postgres and Redis
+test: install system-deps  ## the whole suite against real Postgres, Redis, Chromium and Prometheus
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
 		$(BIN)/pytest -n 2 -q -p no:cacheprovider $(PYTEST_ARGS)
+
+screenshots: install system-deps  ## the operations page's pictures in docs/images, taken by its browser test
+	@mkdir -p docs/images
+	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
+		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops/test_ops_page.py \
+		-k "overview or phone"
 
 lint: install  ## ruff and mypy on the code, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .
