@@ -31,11 +31,11 @@ install: $(VENV)/.installed
 
 browser:  ## Debian's chromium, the browser the operations page is tested in (installed when missing)
 	@command -v chromium >/dev/null || { echo "Installing Debian's chromium (the browser tests use it)..."; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 prometheus:  ## Debian's prometheus and promtool, for the metrics and alert-rule tests (installed when missing)
 	@command -v promtool >/dev/null || { echo "Installing Debian's prometheus (the metrics tests use it)..."; \
-		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq prometheus; }
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
 
 system-deps: browser prometheus
 
