@@ -55,8 +55,8 @@ test: install system-deps  ## the whole suite against real Postgres, Redis, Chro
 screenshots: install system-deps  ## the operations page's pictures in docs/images, taken by its browser test
 	@mkdir -p docs/images
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
-		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops/test_ops_page.py \
-		-k "overview or phone"
+		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
+		-k "overview_shows or phone_sized or retried_from_its_page"
 
 lint: install  ## ruff and mypy on the code, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .

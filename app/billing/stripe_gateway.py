@@ -49,6 +49,11 @@ _HINTS = {401: _WRONG_ACCOUNT, 403: _WRONG_ACCOUNT, 404: _WRONG_ACCOUNT}
 _DEFAULT_RETRY_AFTER_SECONDS = 1.0
 
 
+def _said(exc: stripe.StripeError) -> str:
+    """Stripe's message, without its closing period (ours follows)."""
+    return str(exc.user_message or exc).rstrip(". ")
+
+
 def _retry_after(exc: stripe.StripeError) -> float | None:
     headers = {key.lower(): value for key, value in (exc.headers or {}).items()}
     try:
@@ -211,11 +216,11 @@ class StripeGateway:
     @staticmethod
     def _failure(what: str, exc: stripe.StripeError) -> Exception:
         if exc.http_status is None:
-            return RuntimeError(f"Stripe failed reading {what}: {exc.user_message or exc}; retried.")
+            return RuntimeError(f"Stripe failed reading {what}: {_said(exc)}; retried.")
         hint = _HINTS.get(exc.http_status, "")
         return error_for_http_status(
             exc.http_status,
-            f"Stripe answered reading {what}: {exc.user_message or exc}.{hint}",
+            f"Stripe answered reading {what}: {_said(exc)}.{hint}",
             retry_after=_retry_after(exc),
         )
 

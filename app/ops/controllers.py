@@ -17,6 +17,7 @@ from typing import Any
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.exceptions import HTTPException, NotFoundException
+from litestar.params import FromPath
 from litestar.response import Template
 from litestar.static_files import create_static_files_router
 
@@ -146,17 +147,17 @@ class OpsController(Controller):
         return _page(request, "events", rows=rows, filters=filters, states=STATES)
 
     @get("/events/{row_id:int}", guards=[auth.operator_guard], include_in_schema=False)
-    async def event(self, request: Request[Any, Any, Any], row_id: int) -> Template:
+    async def event(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:
         return await _event_page(request, row_id)
 
     @post("/events/{row_id:int}/retry", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def retry(self, request: Request[Any, Any, Any], row_id: int) -> Template:
+    async def retry(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:
         await auth.check_csrf(request)
         _act(request, "retry", f"webhook event row {row_id}")
         return await _event_page(request, row_id, await _operate(operations.retry, request, row_id))
 
     @post("/events/{row_id:int}/replay", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def replay(self, request: Request[Any, Any, Any], row_id: int) -> Template:
+    async def replay(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:
         await auth.check_csrf(request)
         _act(request, "replay", f"webhook event row {row_id}")
         return await _event_page(request, row_id, await _operate(operations.replay, request, row_id))
@@ -168,7 +169,7 @@ class OpsController(Controller):
         return await _overview(request, await operations.reopen_all(_resources(request)))
 
     @post("/crons/{name:str}/run", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def run_cron(self, request: Request[Any, Any, Any], name: str) -> Template:
+    async def run_cron(self, request: Request[Any, Any, Any], name: FromPath[str]) -> Template:
         await auth.check_csrf(request)
         cron = JobRegistry.from_modules(request.app.state.runtime.worker_modules).crons.get(name)
         if cron is None:

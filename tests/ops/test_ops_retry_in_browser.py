@@ -17,7 +17,7 @@ from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
 from tests.factories import WorkspaceFactory, persist
-from tests.ops.conftest import OPS_PASSWORD, open_tab
+from tests.ops.conftest import OPS_PASSWORD, open_tab, screenshot
 from tests.processes import logged_api_process, wait_for, worker_starter
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
@@ -81,6 +81,7 @@ async def test_a_failed_event_is_retried_from_its_page_and_processed(
         assert await tab.page.locator("#request-id").inner_text() == REQUEST_ID
         assert "stub fault" in await tab.page.locator("#last-error").inner_text()
         assert delivery.event_id in await tab.page.locator("#payload").inner_text()
+        await screenshot(tab.page, "ops-event-failed.png", tmp_path)
 
         stripe_stub.clear_faults()  # Stripe is back
         await tab.submit("Retry")
