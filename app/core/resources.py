@@ -72,6 +72,11 @@ class MessageQueue(Protocol):
 
     async def state(self, deduplication_id: str) -> JobState: ...
 
+    async def run_now(self, deduplication_id: str) -> bool:
+        """Make the waiting job with that deduplication id due now (a retry waiting out its backoff);
+        False when no such job waits (absent, or already running)."""
+        ...
+
     async def close(self) -> None: ...
 
 

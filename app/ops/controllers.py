@@ -130,7 +130,7 @@ class OpsController(Controller):
             logger.warning("Operations page: a failed login from %s.", client)
             return _page(request, "login", "Wrong password.", status_code=401)
         auth.log_in(request)
-        _act(request, "login", "the operations page")
+        logger.info("Operations page: a login from %s.", client, extra={"ops_action": "login"})
         return await _overview(request, "Logged in.")
 
     @post("/logout", status_code=200, guards=[auth.operator_guard], include_in_schema=False)

@@ -164,6 +164,19 @@ class ArqQueue:
         score = next((s for s in scores if s is not None), None)
         return "deferred" if score is not None and score > timestamp_ms() else "queued"
 
+    async def run_now(self, deduplication_id: str) -> bool:
+        job_id = namespaced(self.settings, deduplication_id)
+        try:
+            if await asyncio.wait_for(self.redis.exists(in_progress_key_prefix + job_id), self.timeout):
+                return False  # running now (arq keeps it in the queue's set until it ends)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for queue in QueueName:  # XX: only the set it waits in
+                    pipe.zadd(queue_key(self.settings, queue), {job_id: timestamp_ms()}, xx=True, ch=True)
+                changed = await asyncio.wait_for(pipe.execute(), self.timeout)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise self._unavailable(f"job {deduplication_id!r} (to run it now)", exc) from exc
+        return any(changed)
+
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)
 

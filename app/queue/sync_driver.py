@@ -108,5 +108,8 @@ class SyncQueue:
         job_id = namespaced(self.settings, deduplication_id)
         return "in_progress" if job_id in self._running else "absent"
 
+    async def run_now(self, deduplication_id: str) -> bool:
+        return False  # jobs run inline: none ever waits
+
     async def close(self) -> None:
         return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.core.resources import Resources
 from app.webhooks.inbox import EventRecord, Inbox
-from app.webhooks.jobs import queue_processing
+from app.webhooks.jobs import deduplication_id, queue_processing
 from app.webhooks.maintenance import reopen_abandoned
 
 
@@ -46,8 +46,13 @@ async def retry(resources: Resources, identifier: str, provider: str | None = No
     if event.abandoned_at is not None:
         await reopen_abandoned(resources, event.id)
         return Outcome(event, f"Reopened and queued {name}.")
-    queued = await queue_processing(resources.queue, event.id)
-    return Outcome(event, f"Queued {name}." if queued else f"Already queued: {name}.")
+    if await queue_processing(resources.queue, event.id):
+        return Outcome(event, f"Queued {name}.")
+    job = deduplication_id(event.id)
+    state = await resources.queue.state(job)
+    if state == "deferred" and await resources.queue.run_now(job):  # a retry waiting out its backoff
+        return Outcome(event, f"Queued {name}: its waiting retry runs now.")
+    return Outcome(event, f"Already running: {name}." if state == "in_progress" else f"Already queued: {name}.")
 
 
 async def replay(resources: Resources, identifier: str, provider: str | None = None) -> Outcome:

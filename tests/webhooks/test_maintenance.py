@@ -11,9 +11,9 @@ from sqlalchemy import select, text
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.runtime import open_resources
-from app.webhooks import maintenance
+from app.webhooks import maintenance, operations
 from app.webhooks.inbox import Inbox, repository
-from app.webhooks.jobs import deduplication_id
+from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
 from app.webhooks.maintenance import delete_old_processed, recover, reopen_abandoned
 from app.webhooks.models import WebhookEvent
 from tests.stubs.sentry_ingest import SentryIngestStub
@@ -171,3 +171,22 @@ async def test_reopen_gives_set_aside_events_their_attempts_back(resources: Reso
         assert row is not None
         assert (row.abandoned_at, row.attempts) == (None, 0)
     assert await job_state(resources, aside) == "queued"
+
+
+async def test_an_operators_retry_runs_a_retry_waiting_out_its_backoff_now(resources: Resources) -> None:
+    row_id = await add_event(resources, "evt_backoff", attempts=2)
+    job = ProcessWebhookEventJob
+    await resources.queue.add(
+        job,
+        ProcessWebhookEventData(event_row_id=row_id),
+        deduplication_id=deduplication_id(row_id),
+        delay=timedelta(hours=1),
+    )
+    assert await resources.queue.state(deduplication_id(row_id)) == "deferred"
+
+    outcome = await operations.retry(resources, str(row_id))
+
+    assert outcome.message == f"Queued stripe event evt_backoff (row {row_id}): its waiting retry runs now."
+    assert await resources.queue.state(deduplication_id(row_id)) == "queued"
+    again = await operations.retry(resources, str(row_id))  # still one job, due now
+    assert again.message == f"Already queued: stripe event evt_backoff (row {row_id})."
