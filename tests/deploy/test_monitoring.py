@@ -176,7 +176,8 @@ def test_every_alert_waits_names_its_severity_and_points_at_its_runbook() -> Non
 
 
 def test_every_alert_is_unit_tested_firing_and_silent() -> None:
-    fired, silent = set(), set()
+    fired: set[str] = set()
+    silent: set[str] = set()
     for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
         for check in case.get("alert_rule_test", []):
             (fired if check["exp_alerts"] else silent).add(check["alertname"])
