@@ -4,8 +4,10 @@
 What an engine would find at deploy time is checked here instead: every command a container runs
 exists in the project's venv and starts (`--help` answers; the API's factory loads under uvicorn),
 the services share one settings anchor, Redis cannot evict jobs, the one-off and the tools profile
-are wired, the example names exactly the settings the code reads with the defaults it uses, and the
-image installs pinned runtime dependencies only and runs as non-root.
+are wired, the API's processes share their metrics on a tmpfs, the monitoring profile's Prometheus
+and Grafana read the files of deploy/prometheus and deploy/grafana and find every target, the
+example names exactly the settings the code reads with the defaults it uses, and the image installs
+pinned runtime dependencies only and runs as non-root.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ VENV_BIN = Path(sys.executable).parent  # the interpreter running the tests is t
 
 IMAGE_SERVICES = ("migrate", "app", "worker", "webhook-retry-abandoned")
 SHARED_KEYS = ("image", "build", "env_file", "environment")
+# What a service may add to the shared environment: the API's processes share their metrics.
+OWN_ENVIRONMENT = {"app": {"PROMETHEUS_MULTIPROC_DIR"}}
+MONITORING_SERVICES = ("prometheus", "grafana")
+PROMETHEUS_DIR = DEPLOY / "prometheus"
 # What Compose itself would substitute: deploy/.env holds the Postgres password.
 COMPOSE_VARIABLES = {"POSTGRES_PASSWORD": "compose-check-password"}
 # Unreachable servers: the commands must answer --help without them.
@@ -266,8 +272,15 @@ def test_services_share_one_settings_anchor() -> None:
     assert re.search(r"^x-[\w-]+: &\w+", text, re.MULTILINE), "the shared block should be an x- extension anchor"
 
     services = compose_file()["services"]
+    for name, own in OWN_ENVIRONMENT.items():
+        assert own <= set(services[name]["environment"]), f"{name} should set {sorted(own)}"
     for key in SHARED_KEYS:
         values = {name: services[name].get(key) for name in IMAGE_SERVICES}
+        if key == "environment":
+            values = {
+                name: {k: v for k, v in value.items() if k not in OWN_ENVIRONMENT.get(name, set())}
+                for name, value in values.items()
+            }
         assert values["app"] is not None, f"the shared block has no {key}"
         assert all(value == values["app"] for value in values.values()), f"{key} differs: {values}"
 
@@ -349,6 +362,137 @@ def test_postgres_keeps_its_data_on_a_volume_and_reports_ready_over_tcp() -> Non
 def test_compose_refuses_to_start_without_the_postgres_password() -> None:
     with pytest.raises(KeyError, match="POSTGRES_PASSWORD"):
         interpolate(yaml.safe_load(COMPOSE.read_text()), {})
+
+
+# --- metrics and the monitoring profile ------------------------------------------------------------
+
+
+def option(argv: list[str], name: str) -> str:
+    """The value of ``--name=value`` or ``--name value`` in a command."""
+    for index, part in enumerate(argv):
+        if part.startswith(f"{name}="):
+            return part.split("=", 1)[1]
+        if part == name and index + 1 < len(argv):
+            return argv[index + 1]
+    raise AssertionError(f"{name} is not in {argv}")
+
+
+def host_path(name: str, container_path: str, *, read_only: bool = True) -> Path:
+    """Where a file a service sees comes from: its bind mounts (``./dir:/in/container[:ro]``), read-only."""
+    for volume in service(name).get("volumes", []):
+        source, target, *mode = str(volume).split(":")
+        if not source.startswith((".", "/")):
+            continue  # a named volume
+        if container_path == target or container_path.startswith(target.rstrip("/") + "/"):
+            assert not read_only or mode == ["ro"], f"{name}: {volume} should be mounted read-only (:ro)"
+            return (DEPLOY / source / os.path.relpath(container_path, target)).resolve()
+    raise AssertionError(f"{name}: nothing is mounted at {container_path}")
+
+
+def prometheus_config() -> dict[str, Any]:
+    return yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+
+
+def scrape_job(name: str) -> dict[str, Any]:
+    jobs = {job["job_name"]: job for job in prometheus_config()["scrape_configs"]}
+    assert name in jobs, f"prometheus.yml has no scrape job {name!r}: {sorted(jobs)}"
+    return jobs[name]
+
+
+def test_api_processes_share_their_metrics_in_a_tmpfs_empty_at_each_start() -> None:
+    app = service("app")
+    folder = app["environment"]["PROMETHEUS_MULTIPROC_DIR"]
+    mounts = {str(entry).split(":")[0]: str(entry) for entry in app.get("tmpfs", [])}
+    assert folder in mounts, f"PROMETHEUS_MULTIPROC_DIR {folder} must be a tmpfs (compose `tmpfs:`): {app.get('tmpfs')}"
+    options = mounts[folder].partition(":")[2].split(",")
+    # The image runs as user 10001: the mount must be writable by it.
+    assert "mode=1777" in options or "uid=10001" in options, f"{mounts[folder]}: not writable by the app user"
+    assert not any(str(volume).split(":")[-1] == folder for volume in app.get("volumes", []))
+    for name in IMAGE_SERVICES:
+        if name != "app":  # a worker's metrics are its own process's; one-offs serve none
+            assert "PROMETHEUS_MULTIPROC_DIR" not in service(name)["environment"], name
+
+
+def test_workers_expose_their_metrics_port_to_the_compose_network_only() -> None:
+    port = load_settings({}).worker_metrics_port
+    worker = service("worker")
+    assert str(port) in [str(entry) for entry in worker.get("expose", [])]
+    assert "ports" not in worker
+    assert worker["environment"]["APP_ENV"] == "production"  # the metrics server binds 0.0.0.0 then
+    discovery = scrape_job("worker")["dns_sd_configs"]
+    assert discovery == [{"names": ["worker"], "type": "A", "port": port, "refresh_interval": "30s"}]
+
+
+def test_prometheus_scrapes_the_api_on_the_port_uvicorn_listens_on() -> None:
+    port = option(command("app"), "--port")
+    api = scrape_job("api")
+    assert api.get("metrics_path", "/metrics") == "/metrics"
+    assert [target for group in api["static_configs"] for target in group["targets"]] == [f"app:{port}"]
+    for name in ("api", "worker"):
+        # The metrics' own `job` label (job_runs_total) must not become exported_job.
+        assert scrape_job(name).get("honor_labels") is True, name
+
+
+def test_monitoring_profile_is_never_started_by_a_plain_up() -> None:
+    services = compose_file()["services"]
+    for name in MONITORING_SERVICES:
+        assert services[name]["profiles"] == ["monitoring"], name
+    started_by_up = {name for name, spec in services.items() if not spec.get("profiles")}
+    assert not started_by_up & set(MONITORING_SERVICES)
+    assert re.fullmatch(r"prom/prometheus:v\d+\.\d+\.\d+", service("prometheus")["image"])
+    assert re.fullmatch(r"grafana/grafana(-oss)?:\d+\.\d+\.\d+", service("grafana")["image"])
+    declared = compose_file()["volumes"]
+    for name in MONITORING_SERVICES:
+        ports = [str(port) for port in service(name).get("ports", [])]
+        assert ports and all(port.startswith("127.0.0.1:") for port in ports), f"{name}: loopback only: {ports}"
+        named = [str(volume).split(":")[0] for volume in service(name)["volumes"]]
+        assert any(volume in declared for volume in named), f"{name} keeps its data on no named volume"
+
+
+def test_prometheus_mounts_its_config_and_the_alert_rules_read_only() -> None:
+    argv = command("prometheus")
+    config = host_path("prometheus", option(argv, "--config.file"))
+    assert config == PROMETHEUS_DIR / "prometheus.yml"
+    assert any(
+        str(volume).endswith(":" + option(argv, "--storage.tsdb.path")) for volume in service("prometheus")["volumes"]
+    )
+    rules = [host_path("prometheus", path) for path in prometheus_config()["rule_files"]]
+    assert PROMETHEUS_DIR / "alerts.yml" in rules
+    assert all(path.is_file() for path in rules), rules
+
+
+def test_the_scrape_token_is_a_compose_secret_kept_out_of_git() -> None:
+    compose = compose_file()
+    secrets = service("prometheus")["secrets"]
+    assert len(secrets) == 1
+    name = secrets[0] if isinstance(secrets[0], str) else secrets[0]["source"]
+    target = f"/run/secrets/{name}"
+    for job in ("api", "worker"):
+        authorization = scrape_job(job)["authorization"]
+        assert authorization == {"type": "Bearer", "credentials_file": target}, job
+    token_file = (DEPLOY / compose["secrets"][name]["file"]).resolve()
+    assert token_file.parent == DEPLOY
+    ignored = [line.strip() for line in (DEPLOY / ".gitignore").read_text().splitlines()]
+    assert token_file.name in ignored, "the token file must be listed in deploy/.gitignore"
+    # Never in the image: /.dockerignore is an allow-list without deploy/ (test below).
+    assert not [name for name in IMAGE_SERVICES if service(name).get("secrets")]
+
+
+def test_grafana_reads_the_provisioned_dashboard_from_prometheus() -> None:
+    provisioning = host_path("grafana", "/etc/grafana/provisioning")
+    assert provisioning == DEPLOY / "grafana" / "provisioning"
+    sources = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    listen = option(command("prometheus"), "--web.listen-address").rsplit(":", 1)[-1]
+    assert [urlsplit(source["url"]).netloc for source in sources] == [f"prometheus:{listen}"]
+    providers = yaml.safe_load((provisioning / "dashboards" / "webhook-inbox.yml").read_text())["providers"]
+    folder = providers[0]["options"]["path"]
+    dashboards = [
+        host_path("grafana", str(volume).split(":")[1])
+        for volume in service("grafana")["volumes"]
+        if str(volume).split(":")[1].startswith(folder + "/")
+    ]
+    assert dashboards == [DEPLOY / "grafana" / "dashboard.json"]
+    json.loads(dashboards[0].read_text())
 
 
 # --- the settings example -----------------------------------------------------------------------
