@@ -17,7 +17,16 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from app.core.metrics import CONTENT_TYPE, exposition
+from app.core.metrics import (
+    ATTEMPTS_FAILED,
+    CONTENT_TYPE,
+    EVENTS_BACKFILLED,
+    EVENTS_PROCESSED,
+    EVENTS_SET_ASIDE,
+    JOB_RUNS,
+    child,
+    exposition,
+)
 from app.core.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -43,6 +52,17 @@ def metrics_app(token: str | None) -> Callable[[dict[str, Any], Callable[..., An
         return [exposition()]
 
     return app
+
+
+def prime_series(job_names: Iterable[str], providers: Iterable[str]) -> None:
+    """Every series this worker counts exists at 0 from its start, so an increase over one (an alert rule)
+    sees its first rise: a series first scraped at 1 has no rise to see."""
+    for name in job_names:
+        for outcome in ("ok", "retry", "failed"):
+            child(JOB_RUNS, name, outcome)
+    for provider in providers:
+        for metric in (EVENTS_PROCESSED, ATTEMPTS_FAILED, EVENTS_SET_ASIDE, EVENTS_BACKFILLED):
+            child(metric, provider)
 
 
 class WorkerMetrics:

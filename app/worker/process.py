@@ -36,7 +36,7 @@ from app.queue.outbox import OutboxRelayLoop
 from app.queue.registry import JobRegistry
 from app.queue.scheduler import CronScheduler
 from app.worker.arq_worker import build_arq_worker, quiet_arq_logs
-from app.worker.metrics_server import WorkerMetrics
+from app.worker.metrics_server import WorkerMetrics, prime_series
 from app.worker.startup import check_redis_policy, log_loaded, report_unserved_queues
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class WorkerProcess:
         if self.burst:
             await self.relay.drain()
         else:
+            jobs = [name for name, job in self.registry.jobs.items() if job.queue in self.queues]
+            prime_series(jobs, {provider for module in self.registry.modules for provider in module.webhook_handlers})
             self.metrics.serve()
         supervisors = [asyncio.create_task(self._supervise(queue), name=f"queue {queue}") for queue in self.queues]
         loops = list(supervisors)

@@ -200,6 +200,11 @@ async def test_each_worker_serves_its_own_metrics_behind_the_token(
         await wait_for(processed_once, 30, "the worker to count the processed event")
         found = scrape(url, "scrape-token-5521")
         assert value(found, "job_runs_total", job="ProcessWebhookEventJob", outcome="ok") == 1
+        born_at_zero = [
+            ("job_runs_total", (("job", "ProcessWebhookEventJob"), ("outcome", "failed"))),
+            ("webhook_events_set_aside_total", (("provider", PROVIDER),)),
+        ]
+        assert [found.get(key) for key in born_at_zero] == [0, 0]
         assert value(found, "job_duration_seconds_count", job="ProcessWebhookEventJob") == 1
         assert value(found, "webhook_pipeline_seconds_count", provider=PROVIDER) == 1
         async with httpx.AsyncClient() as client:
