@@ -39,11 +39,3 @@ class WebhookEvent(Base):
     abandoned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # The X-Request-Id of the delivery that stored it: its processing logs carry the same id.
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
-
-    @property
-    def status(self) -> str:
-        if self.processed_at is not None:
-            return "processed"
-        if self.abandoned_at is not None:
-            return "abandoned"
-        return "failed" if self.attempts else "pending"

@@ -12,10 +12,12 @@ from urllib.parse import urlsplit
 
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, Response, async_playwright
+from sqlalchemy import text
 
 from app.core.resources import Resources
 from app.webhooks.models import WebhookEvent
 from tests.processes import logged_api_process
+from tests.webhooks.worker_handlers import CREATE_TABLE
 
 OPS_PASSWORD = "ops-test-password-7291"
 PHONE = {"width": 390, "height": 844}
@@ -116,6 +118,15 @@ async def ops(browser: Browser, ops_api: str) -> AsyncIterator[OpsPage]:
     tab = await open_tab(browser, ops_api)
     yield tab
     await tab.context.close()
+
+
+@pytest.fixture
+async def effects_table(resources: Resources) -> Resources:
+    """The table the test handlers (``tests.webhooks.worker_handlers``) record their successes in."""
+    async with resources.db.session() as session:
+        await session.execute(text(CREATE_TABLE))
+        await session.commit()
+    return resources
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import pytest
 import stripe
 from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text
 
 from app.asgi import build_app
 from app.core.resources import Resources
@@ -24,7 +23,7 @@ from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from tests.ops.conftest import seed_known_events
 from tests.processes import api_process, wait_for, worker_starter
-from tests.webhooks.worker_handlers import CREATE_TABLE, PROVIDER
+from tests.webhooks.worker_handlers import PROVIDER
 
 pytestmark = pytest.mark.slow
 
@@ -171,14 +170,6 @@ async def test_the_pipeline_gauges_equal_the_database_at_scrape_time(
     assert value(found, "cron_period_seconds", cron="WebhookRecoveryCronJob") == 600
     assert value(found, "cron_period_seconds", cron="WebhookRetentionCronJob") == 86400
     assert not [key for key in found if key[0] == "cron_last_success_timestamp_seconds"]  # no tick has run yet
-
-
-@pytest.fixture
-async def effects_table(resources: Resources) -> Resources:
-    async with resources.db.session() as session:
-        await session.execute(text(CREATE_TABLE))
-        await session.commit()
-    return resources
 
 
 async def test_each_worker_serves_its_own_metrics_behind_the_token(

@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from sqlalchemy import text
 
 from app.core.resources import Resources
 from app.testing import signed_stripe_delivery, stripe_event
@@ -32,7 +31,7 @@ from app.testing.processes import free_port
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from tests.processes import api_process, wait_for, worker_starter
-from tests.webhooks.worker_handlers import CREATE_TABLE, PROVIDER
+from tests.webhooks.worker_handlers import PROVIDER
 
 pytestmark = pytest.mark.slow
 
@@ -130,14 +129,6 @@ def targets(url: str) -> dict[str, dict[str, Any]]:
 
 async def see(url: str, expr: str, expected: float, what: str) -> None:
     await wait_for(lambda: value(url, expr) == expected, WITHIN, f"Prometheus to see {what}: {expr} == {expected}")
-
-
-@pytest.fixture
-async def effects_table(resources: Resources) -> Resources:
-    async with resources.db.session() as session:
-        await session.execute(text(CREATE_TABLE))
-        await session.commit()
-    return resources
 
 
 @pytest.mark.parametrize("token", [TOKEN, None], ids=["with-token", "without-token"])
