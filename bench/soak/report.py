@@ -6,8 +6,8 @@ from typing import TypedDict
 
 from bench.soak.config import SoakConfig
 from bench.soak.faults import FaultRecord
+from bench.soak.findings import Findings
 from bench.soak.load import Stats, percentile
-from bench.soak.verify import Findings
 
 
 class Summary(TypedDict):

@@ -3,80 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
 from bench.soak.cluster import REDIS_NAMESPACE, Cluster
 from bench.soak.config import SoakConfig
+from bench.soak.findings import Findings, ms, read_alerts
 from bench.soak.load import NOISY_IP, Sender, max_admitted_in_window
 from bench.soak.plan import ClerkEntity, Plan, expected_billing
 from bench.soak.runtime import Db
 
-ALERT_PREFIX = "Webhook event set aside"
 DRAINED_QUEUES = ("webhook-queue", "billing-queue")
-
-
-def read_alerts(path: Path) -> Counter[str]:
-    """Set-aside alerts at the Sentry stub, per event id: level error, a message, no exception."""
-    alerts: Counter[str] = Counter()
-    if not path.exists():
-        return alerts
-    for line in path.read_text().splitlines():
-        if ALERT_PREFIX not in line:  # most lines are failed attempts' exceptions: skip them unparsed
-            continue
-        record = json.loads(line)
-        message = record.get("message") or ""
-        if record.get("level") == "error" and message.startswith(ALERT_PREFIX) and not record.get("exceptions"):
-            alerts[str(record.get("extra", {}).get("event_id"))] += 1
-    return alerts
-
-
-def _ms(value: datetime | None) -> int | None:
-    return None if value is None else round(value.timestamp() * 1000)
-
-
-@dataclass
-class Findings:
-    """Everything checked; ``problems`` lists each failed check with examples."""
-
-    sent: int = 0
-    distinct: int = 0
-    ignored: int = 0
-    stored: int = 0
-    processed: int = 0
-    set_aside: int = 0
-    doomed: int = 0
-    missing: int = 0
-    stuck: int = 0
-    undelivered: int = 0
-    wrongly_set_aside: int = 0
-    applied_twice: int = 0
-    processed_without_commit: int = 0
-    alerts_ok: int = 0
-    drain_seconds: float | None = None
-    entities_checked: int = 0
-    workspaces_checked: int = 0
-    mirrors_checked: int = 0
-    state_mismatches: int = 0
-    seat_mismatches: int = 0
-    rate_limit_max: int = 0
-    noisy_admitted_max: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def lost(self) -> int:
-        return self.missing + self.stuck + self.undelivered
-
-    def problem(self, text: str, examples: list[Any] | None = None) -> None:
-        shown = f" e.g. {examples[:5]}" if examples else ""
-        self.problems.append(text + shown)
 
 
 class Verifier:
@@ -234,13 +174,6 @@ class Verifier:
 
     # --- end state -----------------------------------------------------------------------------------
 
-    def _mismatch(self, what: str, key: str, got: dict[str, Any], want: dict[str, Any]) -> None:
-        f = self.findings
-        f.state_mismatches += 1
-        if f.state_mismatches <= 10:
-            diff = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-            f.problems.append(f"STATE: {what} {key}: (got, expected) {diff}")
-
     async def _clerk(self) -> None:
         bundles = self.plan.bundles
         users = {u.clerk_id: u for b in bundles for u in b.users}
@@ -302,7 +235,7 @@ class Verifier:
         newest = entity.newest
         if entity.deleted_ms is None or row is None:
             return newest
-        held = _ms(row["clerk_updated_at"])
+        held = ms(row["clerk_updated_at"])
         if held is None:
             return {**{name: row[name] for name in newest if name != "updated_at"}, "updated_at": None}
         return next((version for version in entity.versions if version["updated_at"] == held), newest)
@@ -314,11 +247,11 @@ class Verifier:
     def _compare(self, what: str, key: str, row: Any, want: dict[str, Any]) -> None:
         self.findings.entities_checked += 1
         if row is None:
-            self._mismatch(what, key, {}, want)
+            self.findings.mismatch(what, key, {}, want)
             return
-        got = {k: (_ms(row[k]) if k in ("clerk_updated_at", "deleted_at") else row[k]) for k in want}
+        got = {k: (ms(row[k]) if k in ("clerk_updated_at", "deleted_at") else row[k]) for k in want}
         if got != want:
-            self._mismatch(what, key, got, want)
+            self.findings.mismatch(what, key, got, want)
 
     async def _workspaces(self) -> None:
         rows = await self.db.fetch(
@@ -340,7 +273,7 @@ class Verifier:
             self.findings.workspaces_checked += 1
             row = got.get(bundle.org.clerk_id)
             if row is None or {k: row[k] for k in want} != want:
-                self._mismatch("workspace", bundle.org.clerk_id, row or {}, want)
+                self.findings.mismatch("workspace", bundle.org.clerk_id, row or {}, want)
 
     async def _seats(self) -> None:
         """Active members in join order: the first ``member_limit`` hold a seat, the rest are suspended."""
@@ -389,7 +322,7 @@ class Verifier:
             self.findings.mirrors_checked += 1
             row = got.get(mirror.stripe_id)
             if row is None or {k: row[k] for k in want} != want:
-                self._mismatch(mirror.kind, mirror.stripe_id, row or {}, want)
+                self.findings.mismatch(mirror.kind, mirror.stripe_id, row or {}, want)
 
     def _rate_limit(self) -> None:
         f = self.findings
