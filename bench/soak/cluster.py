@@ -1,8 +1,8 @@
 """The soak's own servers and processes, and the faults it does to them.
 
 Embedded Postgres and Redis on their own ports and data folder (so restarting
-them touches nobody else), the Stripe and Sentry stubs, two API processes and
-two worker processes: real subprocesses (``proc.Proc``), each in its own
+them touches nobody else), the Stripe, Clerk and Sentry stubs, two API processes
+and two worker processes: real subprocesses (``proc.Proc``), each in its own
 session, each logging to a file in the run folder. Everything here blocks; the
 driver calls it through ``asyncio.to_thread``.
 """
@@ -29,6 +29,8 @@ from tools import embedded
 WORKER_MODULE = "bench.soak.counters:MODULE"
 REDIS_NAMESPACE = "soak:"
 WORKER_READY_LINE = "Worker serving"
+# The crons whose work the soak does itself after the sending phase (``outage.py``): 29 February, midnight UTC.
+NEVER_RUNS = "0 0 29 2 *"
 
 __all__ = ["ROOT", "Proc", "child_env", "free_port"]
 
@@ -45,6 +47,7 @@ class Cluster:
     redis_port: int = 0
     stripe_port: int = 0
     stripe_url: str = ""
+    clerk_url: str = ""
     sentry_dsn: str = ""
     sentry_file: Path = field(init=False)
     apis: list[Proc] = field(default_factory=list)
@@ -53,6 +56,7 @@ class Cluster:
     stripe: Proc | None = None
     stripe_next: Proc | None = None
     sentry: Proc | None = None
+    clerk: Proc | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = self.run_dir / "data"
@@ -74,6 +78,10 @@ class Cluster:
             raise RuntimeError(f"migrations failed:\n{done.stdout}\n{done.stderr}")
 
     def start_stubs(self) -> None:
+        """Sentry's, Stripe's and Clerk's; the Clerk stub imports while the others start."""
+        command = [sys.executable, "-m", "app.testing.clerk_stub", "--port", "0"]
+        self.clerk = Proc("clerk", command, self.run_dir / "clerk.log")
+        self.clerk.start({}, stdout=subprocess.PIPE)
         self.sentry = Proc(
             "sentry",
             [sys.executable, "-m", "bench.soak.sentry_server", "--out", str(self.sentry_file)],
@@ -88,6 +96,10 @@ class Cluster:
         state = self.run_dir / "stripe-state-0.json"
         state.write_text('{"objects": [], "faults": []}')
         self.serve_stripe(state)
+        assert self.clerk.process is not None and self.clerk.process.stdout is not None
+        self.clerk_url = self.clerk.process.stdout.readline().decode().strip()  # it prints its base URL
+        if not self.clerk_url.startswith("http://"):
+            raise RuntimeError(f"the Clerk stub did not start: see {self.clerk.log}\n{self.clerk.log_tail()}")
 
     def env(self) -> dict[str, str]:
         c = self.config
@@ -101,6 +113,8 @@ class Cluster:
             "STRIPE_API_TIMEOUT_SECONDS": str(c.stripe_timeout_seconds),
             "STRIPE_WEBHOOK_SECRET": self.secrets["stripe"],
             "CLERK_WEBHOOK_SIGNING_SECRET": self.secrets["clerk"],
+            "CLERK_SECRET_KEY": "sk_test_soak",
+            "CLERK_API_BASE": f"{self.clerk_url}/v1",
             "SENTRY_DSN": self.sentry_dsn,
             "WEBHOOK_RATE_LIMIT_PER_MINUTE": str(c.rate_limit),
             "TRUSTED_PROXIES": "127.0.0.1/32",
@@ -108,6 +122,9 @@ class Cluster:
             "WEBHOOK_RETRY_BASE_SECONDS": str(c.retry_base_seconds),
             "WEBHOOK_JOB_TIMEOUT_SECONDS": str(c.job_timeout_seconds),
             "WEBHOOK_RECOVERY_CRON": "* * * * *",
+            "WEBHOOK_BACKFILL_CRON": NEVER_RUNS,
+            "BILLING_RECONCILE_CRON": NEVER_RUNS,
+            "IDENTITY_RECONCILE_CRON": NEVER_RUNS,
             "WEBHOOK_RECOVERY_AFTER_SECONDS": str(c.recovery_after_seconds),
             "WEBHOOK_ABANDON_AFTER_ATTEMPTS": str(c.abandon_after_attempts),
             "FREE_PLAN_MEMBER_LIMIT": str(c.free_plan_member_limit),
@@ -225,7 +242,7 @@ class Cluster:
             proc.signal(signal.SIGTERM)
         for proc in [*self.workers, *self.apis]:
             proc.stop(timeout=20.0)
-        for stub in (self.stripe, self.stripe_next, self.sentry):
+        for stub in (self.stripe, self.stripe_next, self.sentry, self.clerk):
             if stub is not None:
                 stub.signal(signal.SIGKILL)
                 stub.wait(5.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 ALERT_PREFIX = "Webhook event set aside"
+GAP_ALERT_PREFIX = "Webhook gap:"
 
 
 def read_alerts(path: Path) -> Counter[str]:
@@ -25,6 +26,17 @@ def read_alerts(path: Path) -> Counter[str]:
         if record.get("level") == "error" and message.startswith(ALERT_PREFIX) and not record.get("exceptions"):
             alerts[str(record.get("extra", {}).get("event_id"))] += 1
     return alerts
+
+
+def gap_alerts(path: Path) -> int:
+    """The backfill's alerts at the Sentry stub (webhooks lost upstream): one per run that stored any."""
+    if not path.exists():
+        return 0
+    return sum(
+        1
+        for line in path.read_text().splitlines()
+        if GAP_ALERT_PREFIX in line and (json.loads(line).get("message") or "").startswith(GAP_ALERT_PREFIX)
+    )
 
 
 def ms(value: datetime | None) -> int | None:
@@ -46,6 +58,9 @@ class Findings:
     missing: int = 0
     stuck: int = 0
     undelivered: int = 0
+    dropped_stripe: int = 0  # events the endpoint outage dropped (outage.py)
+    dropped_clerk: int = 0
+    dropped_lost: int = 0  # dropped events not brought back: Stripe's not backfilled, Clerk's entity still wrong
     wrongly_set_aside: int = 0
     applied_twice: int = 0
     processed_without_commit: int = 0
@@ -62,7 +77,7 @@ class Findings:
 
     @property
     def lost(self) -> int:
-        return self.missing + self.stuck + self.undelivered
+        return self.missing + self.stuck + self.undelivered + self.dropped_lost
 
     def problem(self, text: str, examples: list[Any] | None = None) -> None:
         shown = f" e.g. {examples[:5]}" if examples else ""

@@ -2,7 +2,9 @@
 
 A few hundred signed deliveries through 2 API and 2 worker processes on this
 run's own embedded Postgres and Redis, while each fault of the schedule happens
-once (``bench/soak/faults.py``). It runs ``python -m bench.soak --short`` as
+once (``bench/soak/faults.py``) and the endpoint outage drops some deliveries
+for good (``bench/soak/outage.py``: brought back by the backfill and the
+reconciliations). It runs ``python -m bench.soak --short`` as
 ``make soak`` does, so what CI checks is the command a developer runs.
 """
 
@@ -19,7 +21,14 @@ import pytest
 from tools import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
-FAULTS = ("Postgres restart", "SIGKILL worker", "Stripe stub outage", "Redis restart", "SIGTERM worker")
+FAULTS = (
+    "Postgres restart",
+    "SIGKILL worker",
+    "Stripe stub outage",
+    "Redis restart",
+    "SIGTERM worker",
+    "endpoint outage",
+)
 TIME_LIMIT_SECONDS = 300  # about a minute, two on a busy machine; the recovery cron ticks once a minute
 
 
@@ -42,6 +51,9 @@ def test_short_soak_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> N
     assert summary_file.exists(), output[-6000:]
     summary = json.loads(summary_file.read_text())
     assert summary["lost"] == 0, output[-6000:]
+    # The endpoint outage dropped deliveries of both providers, and each was brought back (else it counts as lost).
+    assert summary["dropped"]["stripe"] > 0 and summary["dropped"]["clerk"] > 0, output[-6000:]
+    assert summary["dropped_lost"] == 0, output[-6000:]
     assert summary["applied_twice"] == 0, output[-6000:]
     assert summary["faults"] == {name: 1 for name in FAULTS}, output[-6000:]
     assert summary["faults_ok"], output[-6000:]
