@@ -11,9 +11,11 @@ reconciliations). It runs ``python -m bench.soak --short`` as
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,10 @@ TIME_LIMIT_SECONDS = 300  # about a minute, two on a busy machine; the recovery 
 
 @pytest.mark.slow
 def test_short_soak_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
-    summary_file, run_dir = tmp_path / "summary.json", tmp_path / "run"
+    # Not under tmp_path: as root, the embedded Postgres runs as another account, which needs o+x on each folder
+    # above its data, and every pytest session that starts resets the base temp folder to 0700.
+    run_parent = Path(tempfile.mkdtemp(prefix="soak-short-"))
+    summary_file, run_dir = tmp_path / "summary.json", run_parent / "run"
     command = [sys.executable, "-m", "bench.soak", "--short", "--run-dir", str(run_dir)]
     command += ["--json-out", str(summary_file)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -48,6 +53,8 @@ def test_short_soak_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> N
         if process.poll() is None:
             process.kill()
         embedded.stop_all(run_dir / "data")  # in case the soak itself died
+        if process.returncode == 0:
+            shutil.rmtree(run_parent, ignore_errors=True)  # on failure the soak keeps its logs there
     assert summary_file.exists(), output[-6000:]
     summary = json.loads(summary_file.read_text())
     assert summary["lost"] == 0, output[-6000:]
