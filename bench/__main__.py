@@ -1,7 +1,8 @@
 """``make bench [BENCH_ARGS=--full]``: see bench/README.md.
 
-Quick mode (default) takes about two minutes, ``--full`` about seven,
-``--smoke`` (the smoke test's) a few seconds. The last line printed is one
+Quick mode (default) takes about three minutes, ``--full`` about ten (its
+stripe_backlog phase alone between three and four), ``--smoke`` (the smoke
+test's) well under a minute. The last line printed is one
 JSON object; ``--full`` also writes the table to ``bench/results/latest.md``.
 """
 
