@@ -10,6 +10,8 @@
 3. drain (``bench/phase_drain.py``): backlogs drained by one and by two workers.
 4. crons (``bench/phase_crons.py``): one recovery tick and each retention batch
    timed on a large inbox.
+5. stripe_backlog (``bench/phase_stripe_backlog.py``): a Stripe backlog drained by
+   two workers through the Stripe API budget, against a rate-limited Stripe stub.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,12 +59,47 @@ class Mode:
     pipeline_rate: float = 200.0
     connections: int = 64
     reference_drains_2w: bool = True  # the no-op and UPDATE jobs by two workers too (for the record)
+    # stripe_backlog: the backlog (events, customers) and its reference without coalescing, smaller: each of
+    # its events costs a read, at 20 reads per second.
+    stripe_backlog_events: int = 2_000
+    stripe_backlog_customers: int = 200
+    stripe_reference_events: int = 400
+    stripe_reference_customers: int = 40
 
 
 MODES = {
-    "smoke": Mode("smoke", 1.0, 0.0, 1, 1.5, 0.5, 200, 5_000, 100, reference_drains_2w=False),
+    "smoke": Mode(
+        "smoke",
+        1.0,
+        0.0,
+        1,
+        1.5,
+        0.5,
+        200,
+        5_000,
+        100,
+        reference_drains_2w=False,
+        stripe_backlog_events=200,
+        stripe_backlog_customers=20,
+        stripe_reference_events=40,
+        stripe_reference_customers=4,
+    ),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
-    "full": Mode("full", 15.0, 3.0, 3, 60.0, 3.0, 20_000, 1_000_000, 1_000),
+    "full": Mode(
+        "full",
+        15.0,
+        3.0,
+        3,
+        60.0,
+        3.0,
+        20_000,
+        1_000_000,
+        1_000,
+        stripe_backlog_events=10_000,
+        stripe_backlog_customers=1_000,
+        stripe_reference_events=2_000,
+        stripe_reference_customers=200,
+    ),
 }
 
 
@@ -204,11 +241,25 @@ class Run:
     # ------------------------------------------------------------------ workers
 
     async def start_worker(self) -> Managed:
-        name = f"worker{len(self.workers) + 1}"
-        worker = await asyncio.to_thread(self.processes.start_worker, name, self.env, ["--module", "bench.jobs:MODULE"])
-        self.workers.append(worker)
+        return (await self.start_workers(1))[0]
+
+    async def start_workers(self, count: int, env: Mapping[str, str] | None = None) -> list[Managed]:
+        """``count`` more worker processes, started together; ``env``: settings over the run's (a phase's own)."""
+        started = []
+        for _ in range(count):
+            name = f"worker{len(self.workers) + 1}"
+            worker = await asyncio.to_thread(
+                self.processes.start_worker, name, {**self.env, **(env or {})}, ["--module", "bench.jobs:MODULE"]
+            )
+            self.workers.append(worker)
+            started.append(worker)
         await self._wait_workers_ready()
-        return worker
+        return started
+
+    async def stop_workers(self) -> None:
+        for worker in list(self.workers):
+            await asyncio.to_thread(self.processes.stop, worker)
+        self.workers = []
 
     async def _wait_workers_ready(self, within: float = 60.0) -> None:
         """Queue ping jobs until every worker process has run one: then each is polling."""
@@ -230,15 +281,24 @@ class Run:
             await asyncio.sleep(0.05)
         else:
             raise TimeoutError(f"workers not polling within {within:g} s: see {self.directory}")
-        await self.wait_queue_empty(within=30.0)
+        await self.wait_queue_empty(within=30.0, due_only=True)  # a held-back backlog may wait there
         await self.redis.delete(key)
 
-    async def wait_queue_empty(self, within: float) -> float:
-        """Poll the queue every 5 ms until arq removed its last job (arq does that when a job finishes)."""
+    async def wait_queue_empty(self, within: float, *, due_only: bool = False) -> float:
+        """Poll the queue every 5 ms until arq removed its last job (arq does that when a job finishes).
+
+        ``due_only``: its last job due by now; jobs queued for later (a held-back backlog) stay.
+        """
         key = self.queue_key
+
+        async def left() -> int:
+            if due_only:
+                return int(await self.redis.zcount(key, "-inf", int(time.time() * 1000)))
+            return int(await self.redis.zcard(key))
+
         deadline = time.perf_counter() + within
-        while await self.redis.zcard(key):
+        while await left():
             if time.perf_counter() > deadline:
-                raise TimeoutError(f"{key} still holds {await self.redis.zcard(key)} jobs after {within:g} s")
+                raise TimeoutError(f"{key} still holds {await left()} jobs after {within:g} s")
             await asyncio.sleep(0.005)
         return time.perf_counter()

@@ -7,31 +7,19 @@ references, each timed until the queue is empty.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
+from bench.backlog import enqueue_held_back, release
 from bench.deliveries import clerk_mix
 from bench.jobs import ITEM_TABLE, BenchItem, BenchNoopJob, BenchUpdateJob
 from bench.measures import profiler, service_cpu_seconds
 
 if TYPE_CHECKING:
     from bench.harness import Run
-
-HELD_BACK = timedelta(hours=1)  # backlog jobs are queued this far in the future, then released at once
-
-# Sets every queued job of a queue due now (score 0 would read as "finished" to arq).
-_RELEASE_LUA = """
-local members = redis.call('ZRANGE', KEYS[1], 0, -1)
-for i = 1, #members do redis.call('ZADD', KEYS[1], ARGV[1], members[i]) end
-return #members
-"""
 
 
 async def drain(run: Run) -> None:
@@ -67,24 +55,6 @@ async def drain(run: Run) -> None:
     await run.reset_inbox()
 
 
-async def _release(run: Run) -> float:
-    """Make every held-back job due now; returns when that happened (perf_counter)."""
-    started = time.perf_counter()
-    now_ms = int(time.time() * 1000)
-    await run.redis.eval(_RELEASE_LUA, 1, run.queue_key, str(now_ms))  # type: ignore[misc]
-    return started
-
-
-async def _enqueue_all(run: Run, job_cls: Any, items: Sequence[Any], ids: Callable[[Any], str | None]) -> None:
-    for start in range(0, len(items), 50):
-        chunk = items[start : start + 50]
-        added = await asyncio.gather(
-            *(run.resources.queue.add(job_cls, item, deduplication_id=ids(item), delay=HELD_BACK) for item in chunk)
-        )
-        if any(job_id is None for job_id in added):
-            raise RuntimeError(f"{job_cls.name()}: a backlog job was not queued")
-
-
 async def _drain(run: Run, label: str, count: int) -> float:
     timeout = max(60.0, count / 50)
     profile = profiler(run, f"worker-{label}", run.workers[0], None) if run.profile else None
@@ -92,7 +62,7 @@ async def _drain(run: Run, label: str, count: int) -> float:
     cpu_before = [process.cpu_times() for process in cpu]
     services_before = service_cpu_seconds()
     psutil.cpu_percent()
-    started = await _release(run)
+    started = await release(run)
     ended = await run.wait_queue_empty(timeout)
     machine = psutil.cpu_percent()
     services = {name: (seconds - services_before.get(name, 0.0)) for name, seconds in service_cpu_seconds().items()}
@@ -132,7 +102,7 @@ async def _clerk_backlog(run: Run, count: int, tag: str) -> None:
         rows = await connection.fetch("SELECT id FROM webhook_event WHERE processed_at IS NULL")
     ids = [row["id"] for row in rows]
     data = [ProcessWebhookEventData(event_row_id=row_id) for row_id in ids]
-    await _enqueue_all(run, ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
+    await enqueue_held_back(run, ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
 
 
 async def _check_clerk(run: Run, count: int, label: str) -> None:
@@ -149,11 +119,11 @@ async def _check_clerk(run: Run, count: int, label: str) -> None:
 async def _reference_drains(run: Run, suffix: str) -> tuple[float, float]:
     count = run.mode.drain_events
     items = [BenchItem(id=n) for n in range(1, count + 1)]
-    await _enqueue_all(run, BenchNoopJob, items, lambda item: None)
+    await enqueue_held_back(run, BenchNoopJob, items, lambda item: None)
     noop = await _drain(run, f"noop {suffix}", count)
     await run.pool.execute(f"TRUNCATE {ITEM_TABLE}")
     await run.pool.execute(f"INSERT INTO {ITEM_TABLE} (id) SELECT generate_series(1, $1::int)", count)
-    await _enqueue_all(run, BenchUpdateJob, items, lambda item: None)
+    await enqueue_held_back(run, BenchUpdateJob, items, lambda item: None)
     update = await _drain(run, f"update {suffix}", count)
     done = await run.pool.fetchval(f"SELECT count(*) FROM {ITEM_TABLE} WHERE n = 1")
     if done != count:
@@ -165,6 +135,6 @@ async def _warm_up(run: Run) -> None:
     """A few Clerk events through every worker first: a fresh worker prepares its statements on the way."""
     await run.reset_inbox()
     await _clerk_backlog(run, max(50, run.mode.drain_events // 20), "warm")
-    await _release(run)
+    await release(run)
     await run.wait_queue_empty(within=60.0)
     await run.reset_inbox()

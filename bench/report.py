@@ -21,6 +21,9 @@ REQUIRED_KEYS = (
     "update_eps",
     "recovery_tick_ms",
     "retention_batch_ms_max",
+    "stripe_backlog_429",
+    "stripe_backlog_reads_per_customer",
+    "stripe_backlog_drain_ratio",
     "api_rss_mb",
     "worker_rss_mb",
 )
@@ -142,6 +145,38 @@ ROWS = (
         lambda r: f"p50 {_f('retention_batch_ms_p50', 0)(r)} ms, {_f('retention_batches')(r)} batches",
         "<= 500",
         _check(lambda r: r["retention_batch_ms_max"] <= 500),
+    ),
+    Row(
+        "Stripe backlog: 429s from Stripe",
+        _f("stripe_backlog_429"),
+        lambda r: (
+            f"budget 20/s, stub limit 25/s, stub's busiest second {_f('stripe_backlog_peak_rps')(r)}; "
+            f"no coalescing: {_f('stripe_reference_429')(r)}"
+        ),
+        "0",
+        _check(lambda r: r["stripe_backlog_429"] == 0),
+    ),
+    Row(
+        "Stripe backlog: reads per customer",
+        _f("stripe_backlog_reads_per_customer", 2),
+        lambda r: (
+            f"{_f('stripe_backlog_events')(r)} events of {_f('stripe_backlog_customers')(r)} customers; "
+            f"no coalescing: {_f('stripe_reference_reads_per_customer', 2)(r)} "
+            f"({_f('stripe_reference_events')(r)} events of {_f('stripe_reference_customers')(r)})"
+        ),
+        "<= 1.1",
+        _check(lambda r: r["stripe_backlog_reads_per_customer"] <= 1.1),
+    ),
+    Row(
+        "Stripe backlog: drain time / (reads / 20 per s)",
+        _f("stripe_backlog_drain_ratio", 2),
+        lambda r: (
+            f"{_f('stripe_backlog_reads')(r)} reads in {_f('stripe_backlog_seconds', 1)(r)} s; "
+            f"no coalescing: {_f('stripe_reference_drain_ratio', 2)(r)} "
+            f"({_f('stripe_reference_seconds', 1)(r)} s)"
+        ),
+        "<= 1.25",
+        _check(lambda r: r["stripe_backlog_drain_ratio"] <= 1.25),
     ),
     Row("API peak RSS (MB)", _f("api_rss_mb", 0), _text(""), "<= 150", _check(lambda r: r["api_rss_mb"] <= 150)),
     Row(

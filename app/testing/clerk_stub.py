@@ -9,25 +9,38 @@ fields a test gives; times are unix milliseconds, ``updated_at`` defaults to now
 
 Point the app at it with ``CLERK_API_BASE=clerk_stub.base_url + "/v1"`` and any
 ``CLERK_SECRET_KEY`` starting with ``sk_``. Fixture: ``clerk_stub`` (``app.testing.fixtures``).
+Another process (``python -m app.testing.clerk_stub --port 12112``, which prints its base URL)
+is driven over HTTP: ``POST /_stub/put_user``, ``/_stub/put_organization`` and
+``/_stub/put_membership`` with the keyword arguments of those methods
+(``{"id": "user_1", "email": "ada@example.org", "updated_at": 1700000000000}``);
+``POST /_stub/remove`` ``{"kind": "user", "id": "user_1"}``; ``POST /_stub/reset``;
+``GET /_stub/requests``.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import copy
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from litestar import Litestar, Request, Response, Router, get
+from litestar import Litestar, Request, Response, Router, get, post
+from litestar.exceptions import ClientException
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import JSONBody
 
 from app.testing.loopback import LoopbackServer
 
 __all__ = ["ClerkStub", "clerk_stub_fixture"]
 
+_REQUEST_LOG_SIZE = 100_000  # bounded, as the Stripe stub's: a long soak run cannot grow it without end
 _KINDS = {
     "user": "GET /v1/users",
     "organization": "GET /v1/organizations",
@@ -59,7 +72,7 @@ class ClerkStub(LoopbackServer):
         super().__init__(host=host, port=port)
         self._lock = threading.Lock()
         self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in _KINDS}
-        self._requests: list[tuple[str, str]] = []
+        self._requests: deque[tuple[str, str]] = deque(maxlen=_REQUEST_LOG_SIZE)
 
     # state ---------------------------------------------------------------
     def put_user(
@@ -95,6 +108,8 @@ class ClerkStub(LoopbackServer):
 
     def remove(self, kind: str, id: str) -> None:
         """Clerk no longer has the object (deleted): it is listed no more."""
+        if kind not in _KINDS:
+            raise KeyError(f"Unknown Clerk stub kind {kind!r}; use one of {sorted(_KINDS)}")
         with self._lock:
             self._objects[kind].pop(id, None)
 
@@ -155,10 +170,46 @@ class ClerkStub(LoopbackServer):
             return {"data": data, "total_count": total}
 
         api = Router("/v1", route_handlers=[users, organizations, memberships], before_request=gate)
-        return Litestar(route_handlers=[api], openapi_config=None)
+        return Litestar(route_handlers=[api, self._control_router()], openapi_config=None)
+
+    def _control_router(self) -> Router:
+        """``/_stub/*``: the methods above over HTTP, for a stub in another process (a soak run, a demo)."""
+
+        def command(name: str, action: Callable[..., Any]) -> HTTPRouteHandler:
+            async def run(data: JSONBody[dict[str, Any]]) -> Any:
+                try:
+                    result = action(**data)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise ClientException(detail=f"Bad Clerk stub command /_stub/{name}: {exc!r}") from exc
+                return {"ok": True} if result is None else result
+
+            return post(f"/{name}", status_code=200, name=f"clerk stub {name}")(run)
+
+        @get("/requests")
+        async def requests() -> dict[str, Any]:
+            return {"requests": [list(request) for request in self.requests]}
+
+        names = ("put_user", "put_organization", "put_membership", "remove", "reset")
+        return Router("/_stub", route_handlers=[*(command(name, getattr(self, name)) for name in names), requests])
 
 
 def clerk_stub_fixture() -> Iterator[ClerkStub]:
     """A running stub; wrap with ``pytest.fixture`` in a conftest (``app.testing.fixtures`` does)."""
     with ClerkStub() as stub:
         yield stub
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serves the stub in the foreground (printing its base URL) for soak runs and demos, until Ctrl-C or SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=12112, help="0: any free port")
+    args = parser.parse_args(argv)
+    with ClerkStub(host=args.host, port=args.port) as stub:
+        print(stub.base_url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,11 @@
 """``python -m bench.soak [--events N] [--short] [--json-out FILE]``: one soak and chaos run.
 
 Starts its own embedded Postgres and Redis (own ports, own data folder under a
-temporary run folder), migrates, starts the Stripe and Sentry stubs, 2 API and
-2 worker processes; plays the plan (``plan.py``) through the load loop while
-the fault schedule (``faults.py``) runs; waits for the pipeline to drain; checks
-(``verify.py``); prints one table. Exit 0 only when nothing was lost, nothing
+temporary run folder), migrates, starts the Stripe, Clerk and Sentry stubs, 2 API
+and 2 worker processes; plays the plan (``plan.py``) through the load loop while
+the fault schedule (``faults.py``) runs and the endpoint outage (``outage.py``)
+drops deliveries; waits for the pipeline to drain; backfills and reconciles;
+checks (``verify.py``); prints one table. Exit 0 only when nothing was lost, nothing
 applied twice and every other check held. The run folder (logs, data) is kept
 on failure or with ``--keep``.
 """
@@ -27,10 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from app.testing.deliveries import generate_whsec
+from bench.soak.clerk_state import ClerkControl
 from bench.soak.cluster import ROOT, Cluster
 from bench.soak.config import DEFAULT_EVENTS, SoakConfig
 from bench.soak.faults import Faults
 from bench.soak.load import Sender
+from bench.soak.outage import EndpointOutage
 from bench.soak.plan import build_plan
 from bench.soak.report import RunResult, Summary, summary, table
 from bench.soak.runtime import Db, Driver, StubControl
@@ -48,6 +51,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
     db: Db | None = None
     sender: Sender | None = None
     stub: StubControl | None = None
+    clerk: ClerkControl | None = None
     try:
         say(f"run folder {run_dir}")
         await asyncio.to_thread(cluster.start_servers)
@@ -56,20 +60,23 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
         await asyncio.to_thread(cluster.start_stubs)
         await asyncio.to_thread(cluster.start_apps)
         say(
-            f"2 API processes ({', '.join(cluster.api_urls)}), 2 workers, Stripe stub {cluster.stripe_url}: "
-            f"ready after {time.monotonic() - started:.1f} s"
+            f"2 API processes ({', '.join(cluster.api_urls)}), 2 workers, Stripe stub {cluster.stripe_url}, "
+            f"Clerk stub {cluster.clerk_url}: ready after {time.monotonic() - started:.1f} s"
         )
         plan = build_plan(config)
+        outage = EndpointOutage(config, random.Random(config.seed + 2))
         say(
             f"plan: {plan.planned_deliveries:,} deliveries of {sum(1 for _ in plan.events()):,} distinct events "
-            f"over {config.send_seconds:.0f} s; faults from 10% of it on (Postgres, Redis, SIGKILL, Stripe, SIGTERM)"
+            f"over {config.send_seconds:.0f} s; faults from 10% of it on (Postgres, Redis, SIGKILL, Stripe, SIGTERM); "
+            f"deliveries dropped from {outage.window[0]:.0f} to {outage.window[1]:.0f} s (endpoint outage)"
         )
         rng = random.Random(config.seed + 1)
         sender = Sender(config, cluster.api_urls, secrets, rng)
         stub = StubControl(cluster)
         db = Db(cluster.database_url)
         await db.open()
-        driver = Driver(plan, sender, stub, db, rng)
+        clerk = ClerkControl(cluster.clerk_url, plan)
+        driver = Driver(plan, sender, (stub, clerk), outage, db, rng)
         faults = Faults(config, cluster, stub, driver)
         driver.origin = time.monotonic()
         fault_task = asyncio.create_task(faults.run())
@@ -82,8 +89,19 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
             say("some deliveries were still being re-sent at the deadline")
         await fault_task
         say(f"sent everything after {driver.now():.0f} s; draining")
-        verifier = Verifier(config, plan, sender, cluster, db)
+        verifier = Verifier(config, plan, sender, cluster, db, clerk)
         drained = await verifier.drain(config.drain_timeout_seconds)
+        at, began = driver.now(), time.monotonic()
+        say(f"{at:.0f} s: after the endpoint outage, the backfill and both reconciliations")
+
+        async def settle() -> float | None:
+            """The backfilled events processed; the Clerk rows as the webhooks alone left them."""
+            seconds = await verifier.drain(config.drain_timeout_seconds)
+            await verifier.snapshot_clerk()
+            return seconds
+
+        repaired = await outage.repair(cluster, settle)
+        faults.records.append(outage.record(at, began, repaired, cluster.sentry_file))
         findings = await verifier.check(drained)
         text = table(config, findings, sender.stats, faults.records)
         print(text, flush=True)
@@ -93,7 +111,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
             "total_seconds": round(time.monotonic() - started, 1),
         }
     finally:
-        for closing in (sender, stub, db):
+        for closing in (sender, stub, clerk, db):
             if closing is not None:
                 with contextlib.suppress(Exception):
                     await closing.close()

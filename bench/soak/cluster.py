@@ -1,10 +1,10 @@
 """The soak's own servers and processes, and the faults it does to them.
 
 Embedded Postgres and Redis on their own ports and data folder (so restarting
-them touches nobody else), the Stripe and Sentry stubs, two API processes and
-two worker processes: real subprocesses, each in its own session, each logging
-to a file in the run folder. Everything here blocks; the driver calls it
-through ``asyncio.to_thread``.
+them touches nobody else), the Stripe, Clerk and Sentry stubs, two API processes
+and two worker processes: real subprocesses (``proc.Proc``), each in its own
+session, each logging to a file in the run folder. Everything here blocks; the
+driver calls it through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -15,95 +15,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import httpx
 import psutil
 
 from app.testing.processes import child_env, free_port
 from bench.soak.config import SoakConfig
+from bench.soak.proc import ROOT, Proc, read_ready
 from tools import embedded
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKER_MODULE = "bench.soak.counters:MODULE"
 REDIS_NAMESPACE = "soak:"
 WORKER_READY_LINE = "Worker serving"
+# The crons whose work the soak does itself after the sending phase (``outage.py``): 29 February, midnight UTC.
+NEVER_RUNS = "0 0 29 2 *"
 
-__all__ = ["child_env", "free_port"]
-
-
-@dataclass
-class Proc:
-    """One role's process (``api-1``, ``worker-2``...), restartable: each start appends to its log."""
-
-    name: str
-    command: list[str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def start(self, env: Mapping[str, str], *, stdin: int | None = None, stdout: int | None = None) -> None:
-        with self.log.open("ab") as out:
-            out.write(f"\n==== start {self.starts + 1} at {time.strftime('%H:%M:%S')} ====\n".encode())
-            out.flush()
-            self.process = subprocess.Popen(
-                self.command,
-                cwd=ROOT,
-                env=child_env(env),
-                stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                stdout=stdout if stdout is not None else out,
-                stderr=out,
-                start_new_session=True,
-            )
-        self.starts += 1
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.alive:
-            assert self.process is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, sig)
-
-    def wait(self, timeout: float) -> int | None:
-        """The exit code, or None if still running after ``timeout``."""
-        if self.process is None:
-            return None
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if not self.alive:
-            return
-        self.signal(signal.SIGTERM)
-        if self.wait(timeout) is None:
-            self.signal(signal.SIGKILL)
-            self.wait(5.0)
-
-    def log_tail(self, chars: int = 3000) -> str:
-        with contextlib.suppress(OSError):
-            return self.log.read_text(errors="replace")[-chars:]
-        return ""
-
-
-def _read_ready(stream: IO[bytes] | None, proc: Proc, timeout: float = 60.0, word: str = "ready") -> str:
-    """What follows ``word`` on the line a stub prints once it serves (``ready <url>``) or waits (``waiting``)."""
-    assert stream is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = stream.readline().decode().strip()
-        if line.split(" ", 1)[0] == word:
-            return line.partition(" ")[2]
-        if not line and not proc.alive:
-            break
-    raise RuntimeError(f"{proc.name} did not start: see {proc.log}\n{proc.log_tail()}")
+__all__ = ["ROOT", "Proc", "child_env", "free_port"]
 
 
 @dataclass
@@ -118,6 +47,7 @@ class Cluster:
     redis_port: int = 0
     stripe_port: int = 0
     stripe_url: str = ""
+    clerk_url: str = ""
     sentry_dsn: str = ""
     sentry_file: Path = field(init=False)
     apis: list[Proc] = field(default_factory=list)
@@ -126,6 +56,7 @@ class Cluster:
     stripe: Proc | None = None
     stripe_next: Proc | None = None
     sentry: Proc | None = None
+    clerk: Proc | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = self.run_dir / "data"
@@ -147,6 +78,10 @@ class Cluster:
             raise RuntimeError(f"migrations failed:\n{done.stdout}\n{done.stderr}")
 
     def start_stubs(self) -> None:
+        """Sentry's, Stripe's and Clerk's; the Clerk stub imports while the others start."""
+        command = [sys.executable, "-m", "app.testing.clerk_stub", "--port", "0"]
+        self.clerk = Proc("clerk", command, self.run_dir / "clerk.log")
+        self.clerk.start({}, stdout=subprocess.PIPE)
         self.sentry = Proc(
             "sentry",
             [sys.executable, "-m", "bench.soak.sentry_server", "--out", str(self.sentry_file)],
@@ -154,13 +89,17 @@ class Cluster:
         )
         self.sentry.start({}, stdout=subprocess.PIPE)
         assert self.sentry.process is not None
-        self.sentry_dsn = _read_ready(self.sentry.process.stdout, self.sentry)
+        self.sentry_dsn = read_ready(self.sentry.process.stdout, self.sentry)
         self.stripe_port = free_port()
         self.stripe_url = f"http://127.0.0.1:{self.stripe_port}"
         self.spawn_stripe()
         state = self.run_dir / "stripe-state-0.json"
         state.write_text('{"objects": [], "faults": []}')
         self.serve_stripe(state)
+        assert self.clerk.process is not None and self.clerk.process.stdout is not None
+        self.clerk_url = self.clerk.process.stdout.readline().decode().strip()  # it prints its base URL
+        if not self.clerk_url.startswith("http://"):
+            raise RuntimeError(f"the Clerk stub did not start: see {self.clerk.log}\n{self.clerk.log_tail()}")
 
     def env(self) -> dict[str, str]:
         c = self.config
@@ -174,6 +113,8 @@ class Cluster:
             "STRIPE_API_TIMEOUT_SECONDS": str(c.stripe_timeout_seconds),
             "STRIPE_WEBHOOK_SECRET": self.secrets["stripe"],
             "CLERK_WEBHOOK_SIGNING_SECRET": self.secrets["clerk"],
+            "CLERK_SECRET_KEY": "sk_test_soak",
+            "CLERK_API_BASE": f"{self.clerk_url}/v1",
             "SENTRY_DSN": self.sentry_dsn,
             "WEBHOOK_RATE_LIMIT_PER_MINUTE": str(c.rate_limit),
             "TRUSTED_PROXIES": "127.0.0.1/32",
@@ -181,6 +122,9 @@ class Cluster:
             "WEBHOOK_RETRY_BASE_SECONDS": str(c.retry_base_seconds),
             "WEBHOOK_JOB_TIMEOUT_SECONDS": str(c.job_timeout_seconds),
             "WEBHOOK_RECOVERY_CRON": "* * * * *",
+            "WEBHOOK_BACKFILL_CRON": NEVER_RUNS,
+            "BILLING_RECONCILE_CRON": NEVER_RUNS,
+            "IDENTITY_RECONCILE_CRON": NEVER_RUNS,
             "WEBHOOK_RECOVERY_AFTER_SECONDS": str(c.recovery_after_seconds),
             "WEBHOOK_ABANDON_AFTER_ATTEMPTS": str(c.abandon_after_attempts),
             "FREE_PLAN_MEMBER_LIMIT": str(c.free_plan_member_limit),
@@ -254,7 +198,7 @@ class Cluster:
         proc = Proc("stripe", command, self.run_dir / "stripe.log")
         proc.start({}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert proc.process is not None
-        _read_ready(proc.process.stdout, proc, word="waiting")
+        read_ready(proc.process.stdout, proc, word="waiting")
         self.stripe_next = proc
 
     def serve_stripe(self, state_file: Path) -> None:
@@ -262,7 +206,7 @@ class Cluster:
         assert proc is not None and proc.process is not None and proc.process.stdin is not None
         proc.process.stdin.write(f"{state_file}\n".encode())
         proc.process.stdin.flush()
-        _read_ready(proc.process.stdout, proc)
+        read_ready(proc.process.stdout, proc)
         self.stripe, self.stripe_next = proc, None
 
     def kill_stripe(self) -> None:
@@ -298,7 +242,7 @@ class Cluster:
             proc.signal(signal.SIGTERM)
         for proc in [*self.workers, *self.apis]:
             proc.stop(timeout=20.0)
-        for stub in (self.stripe, self.stripe_next, self.sentry):
+        for stub in (self.stripe, self.stripe_next, self.sentry, self.clerk):
             if stub is not None:
                 stub.signal(signal.SIGKILL)
                 stub.wait(5.0)

@@ -35,6 +35,10 @@ class SoakConfig:
     stripe_outage_seconds: float = 2.0
     redis_down_seconds: float = 2.0
     postgres_down_seconds: float = 2.0
+    # the endpoint outage (outage.py): this share of the deliveries due in this part of the sending phase is lost
+    outage_from: float = 0.72
+    outage_to: float = 0.86
+    outage_drop_share: float = 0.5
     # product settings for the run
     retry_limit: int = 7
     retry_base_seconds: float = 0.1
@@ -61,5 +65,6 @@ class SoakConfig:
         """A few hundred events, every fault once: the test suite's version (about a minute)."""
         values: dict[str, object] = {"events": SHORT_EVENTS, "rate": 16.0, "short": True}
         values["drain_timeout_seconds"] = 150.0
+        values["outage_from"] = 0.60  # a wider window: in a few hundred events, both providers surely lose some
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

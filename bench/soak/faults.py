@@ -8,6 +8,10 @@
 | 55% | Stripe stub outage: the process killed, a new one (same state) listens again seconds later |
 | 70% | SIGTERM of worker 2: it must finish its jobs and exit 0 within its grace period; started again |
 
+Beside them, from 72% to 86% (60% in the short run), the endpoint outage drops a
+share of the deliveries for good, and is repaired after the sending phase by the
+backfill and both reconciliations (``outage.py``).
+
 Each fault starts once the one before has healed (in the short run that can be
 later than its share). Postgres and Redis go first, and the doomed events are
 sent only once both are back and the processes' pools have dropped their dead

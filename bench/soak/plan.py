@@ -59,6 +59,12 @@ class Event:
     sends: int = 0  # deliveries started (planned copies, plus the noisy IP's)
     accepted: bool = False
     rejected: int | None = None  # a 4xx other than 429: the soak or the product is wrong
+    dropped: bool = False  # lost to the endpoint outage (``outage.py``): never sent, never redelivered
+
+    @property
+    def emitted(self) -> bool:
+        """Its time came: sent, or dropped by the outage (then only a backfill or a reconciliation brings it)."""
+        return self.sends > 0 or self.dropped
 
 
 @dataclass(eq=False)

@@ -6,8 +6,8 @@ from typing import TypedDict
 
 from bench.soak.config import SoakConfig
 from bench.soak.faults import FaultRecord
+from bench.soak.findings import Findings
 from bench.soak.load import Stats, percentile
-from bench.soak.verify import Findings
 
 
 class Summary(TypedDict):
@@ -23,6 +23,8 @@ class Summary(TypedDict):
     meant_to_fail: int
     alerts_ok: int
     lost: int
+    dropped: dict[str, int]
+    dropped_lost: int
     applied_twice: int
     wrongly_set_aside: int
     state_mismatches: int
@@ -67,6 +69,8 @@ def summary(config: SoakConfig, findings: Findings, stats: Stats, faults: list[F
         "meant_to_fail": findings.doomed,
         "alerts_ok": findings.alerts_ok,
         "lost": findings.lost,
+        "dropped": {"stripe": findings.dropped_stripe, "clerk": findings.dropped_clerk},
+        "dropped_lost": findings.dropped_lost,
         "applied_twice": findings.applied_twice,
         "wrongly_set_aside": findings.wrongly_set_aside,
         "state_mismatches": findings.state_mismatches,
@@ -101,6 +105,11 @@ def table(config: SoakConfig, findings: Findings, stats: Stats, faults: list[Fau
         ("processed", _n(f.processed)),
         ("set aside", f"{_n(f.set_aside)} (meant to fail: {f.doomed}; with exactly one alert: {f.alerts_ok})"),
         ("**lost**", f"**{_n(f.lost)}**"),
+        (
+            "dropped by the endpoint outage (never delivered)",
+            f"{_n(f.dropped_stripe)} Stripe events, {_n(f.dropped_clerk)} Clerk events; not brought back by the "
+            f"backfill or reconciliation: {_n(f.dropped_lost)} (counted as lost)",
+        ),
         ("**applied twice**", f"**{_n(f.applied_twice)}**"),
         ("intake answers by status", answers),
         ("HTTP requests (re-sent after 503/429/errors)", f"{_n(stats.attempts)} ({_n(stats.resends)})"),

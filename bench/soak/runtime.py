@@ -3,6 +3,9 @@
 ``StubControl`` is the only writer of the stub's state and keeps a copy of it,
 so a restarted stub comes back with everything Stripe would still have. While
 the stub is down (the outage fault holds the lock) scenarios wait to change it.
+Every Stripe event is put into the stub's event list before it is sent (Stripe
+lists an event from its creation), every Clerk event first updates the Clerk
+stub (``clerk_state``), and the endpoint outage (``outage.py``) may drop it.
 ``Db`` reads the soak's Postgres for the two things a real app would know before
 acting: that a workspace exists before its owner checks out, and that a customer
 is linked before its charges are disputed.
@@ -17,16 +20,20 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import httpx
 from sqlalchemy.engine import make_url
 
 from app.testing.deliveries import random_id, stripe_event, stripe_object, stripe_subscription
+from bench.soak.clerk_state import ClerkControl
 from bench.soak.cluster import Cluster
 from bench.soak.load import Sender
 from bench.soak.plan import Bundle, ClerkEntity, Event, Mirror, Plan, Single, StripeCustomer
+
+if TYPE_CHECKING:  # outage.py reports through faults.py, which drives this module
+    from bench.soak.outage import EndpointOutage
 
 
 class StubControl:
@@ -55,6 +62,10 @@ class StubControl:
         async with self.lock:
             self.objects[(obj["object"], obj["id"])] = copy.deepcopy(obj)
             await self._post("state", {"object": obj})
+
+    async def put_event(self, event: dict[str, Any]) -> None:
+        """Into the Events API's list (an event is an object of kind ``event``: kept across restarts too)."""
+        await self.put(event)
 
     async def fault(self, mode: str, **arguments: Any) -> None:
         async with self.lock:
@@ -118,10 +129,19 @@ POOL_HEAL_SECONDS = 5.0
 class Driver:
     """Runs every scenario of the plan at its time; the load loop is the sum of them."""
 
-    def __init__(self, plan: Plan, sender: Sender, stub: StubControl, db: Db, rng: random.Random) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        sender: Sender,
+        stubs: tuple[StubControl, ClerkControl],
+        outage: EndpointOutage,
+        db: Db,
+        rng: random.Random,
+    ) -> None:
         self.plan = plan
         self.sender = sender
-        self.stub = stub
+        self.stub, self.clerk = stubs
+        self.outage = outage
         self.db = db
         self.rng = rng
         self.origin = time.monotonic()
@@ -147,6 +167,12 @@ class Driver:
         await self.at(start)
         for gap, event in zip(entity.gaps, entity.events, strict=True):
             await asyncio.sleep(gap)
+            await self.clerk.record(entity, event)
+            self._emit(event)
+
+    def _emit(self, event: Event) -> None:
+        """Its deliveries, unless the endpoint outage drops it (then never sent, never redelivered)."""
+        if not self.outage.drops(event, self.now()):
             self.sender.emit(event)
 
     async def _bundle(self, bundle: Bundle) -> None:
@@ -165,7 +191,8 @@ class Driver:
 
     async def _send_stripe(self, event: Event, obj: dict[str, Any]) -> None:
         event.payload = stripe_event(event.type, obj, event_id=event.event_id)
-        self.sender.emit(event)
+        await self.stub.put_event(event.payload)
+        self._emit(event)
 
     async def _customer(self, bundle: Bundle, plan: StripeCustomer) -> None:
         """Checkout once the workspace exists (the app starts checkouts for its own workspaces), then changes."""
@@ -270,4 +297,4 @@ class Driver:
             else:  # a customer linked to no workspace: processed, nothing to sync
                 await self._send_stripe(event, stripe_subscription(stripe_object("customer")["id"]))
         else:
-            self.sender.emit(event)
+            self._emit(event)

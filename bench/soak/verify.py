@@ -3,91 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
+from bench.soak.clerk_state import ClerkControl
 from bench.soak.cluster import REDIS_NAMESPACE, Cluster
 from bench.soak.config import SoakConfig
+from bench.soak.findings import Findings, read_alerts
 from bench.soak.load import NOISY_IP, Sender, max_admitted_in_window
-from bench.soak.plan import ClerkEntity, Plan, expected_billing
+from bench.soak.plan import Plan, expected_billing
 from bench.soak.runtime import Db
+from bench.soak.verify_clerk import ClerkCheck, clerk_rows
 
-ALERT_PREFIX = "Webhook event set aside"
 DRAINED_QUEUES = ("webhook-queue", "billing-queue")
 
 
-def read_alerts(path: Path) -> Counter[str]:
-    """Set-aside alerts at the Sentry stub, per event id: level error, a message, no exception."""
-    alerts: Counter[str] = Counter()
-    if not path.exists():
-        return alerts
-    for line in path.read_text().splitlines():
-        if ALERT_PREFIX not in line:  # most lines are failed attempts' exceptions: skip them unparsed
-            continue
-        record = json.loads(line)
-        message = record.get("message") or ""
-        if record.get("level") == "error" and message.startswith(ALERT_PREFIX) and not record.get("exceptions"):
-            alerts[str(record.get("extra", {}).get("event_id"))] += 1
-    return alerts
-
-
-def _ms(value: datetime | None) -> int | None:
-    return None if value is None else round(value.timestamp() * 1000)
-
-
-@dataclass
-class Findings:
-    """Everything checked; ``problems`` lists each failed check with examples."""
-
-    sent: int = 0
-    distinct: int = 0
-    ignored: int = 0
-    stored: int = 0
-    processed: int = 0
-    set_aside: int = 0
-    doomed: int = 0
-    missing: int = 0
-    stuck: int = 0
-    undelivered: int = 0
-    wrongly_set_aside: int = 0
-    applied_twice: int = 0
-    processed_without_commit: int = 0
-    alerts_ok: int = 0
-    drain_seconds: float | None = None
-    entities_checked: int = 0
-    workspaces_checked: int = 0
-    mirrors_checked: int = 0
-    state_mismatches: int = 0
-    seat_mismatches: int = 0
-    rate_limit_max: int = 0
-    noisy_admitted_max: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def lost(self) -> int:
-        return self.missing + self.stuck + self.undelivered
-
-    def problem(self, text: str, examples: list[Any] | None = None) -> None:
-        shown = f" e.g. {examples[:5]}" if examples else ""
-        self.problems.append(text + shown)
-
-
 class Verifier:
-    def __init__(self, config: SoakConfig, plan: Plan, sender: Sender, cluster: Cluster, db: Db) -> None:
+    def __init__(
+        self, config: SoakConfig, plan: Plan, sender: Sender, cluster: Cluster, db: Db, clerk: ClerkControl
+    ) -> None:
         self.config = config
         self.plan = plan
         self.sender = sender
         self.cluster = cluster
         self.db = db
+        self.clerk = clerk
         self.findings = Findings()
-        sent = [event for event in plan.events() if event.sends]
+        self.clerk_before: dict[str, Any] | None = None  # the Clerk rows before reconciliation
+        sent = [event for event in plan.events() if event.emitted]  # the dropped too: a backfill brings them
         self.events = {(e.provider, e.event_id): e for e in sent if not e.ignored}
         self.ignored = {(e.provider, e.event_id): e for e in sent if e.ignored}
         self.doomed = {key for key, e in self.events.items() if e.doomed}
@@ -130,11 +76,17 @@ class Verifier:
             await redis.aclose()
         return None
 
+    async def snapshot_clerk(self) -> None:
+        """The Clerk rows as the webhooks alone left them: ``check`` holds the untouched entities to them."""
+        self.clerk_before = await clerk_rows(self.db)
+
     async def check(self, drain_seconds: float | None) -> Findings:
         f = self.findings
         f.drain_seconds = drain_seconds
         f.sent = sum(e.sends for e in self.plan.events())
         f.distinct, f.ignored, f.doomed = len(self.events), len(self.ignored), len(self.doomed)
+        dropped = Counter(e.provider for e in self.plan.events() if e.dropped)
+        f.dropped_stripe, f.dropped_clerk = dropped["stripe"], dropped["clerk"]
         if drain_seconds is None:
             f.problem(f"the pipeline did not drain within {self.config.drain_timeout_seconds:.0f} s")
         await self._inbox()
@@ -168,6 +120,9 @@ class Verifier:
         f.processed = sum(1 for r in rows if r["processed"])
         f.set_aside = sum(1 for r in rows if r["aside"])
         missing = [key for key, e in self.events.items() if e.accepted and key not in state]
+        unbackfilled = [
+            key for key, e in self.events.items() if e.dropped and e.provider == "stripe" and key not in state
+        ]
         stuck = [
             (key, state[key]["attempts"], state[key]["last_error"])
             for key in self.events
@@ -181,8 +136,11 @@ class Verifier:
         doomed_done = [key for key in self.doomed if key in state and state[key]["processed"]]
         f.missing, f.stuck, f.wrongly_set_aside = len(missing), len(stuck), len(wrongly)
         f.undelivered = len({(e.provider, e.event_id) for e in self.sender.stats.undelivered if not e.accepted})
+        f.dropped_lost += len(unbackfilled)
         if missing:
             f.problem(f"LOST: {len(missing)} accepted events have no inbox row", missing)
+        if unbackfilled:
+            f.problem(f"LOST: {len(unbackfilled)} dropped Stripe events were not backfilled", unbackfilled)
         if stuck:
             f.problem(f"LOST: {len(stuck)} events neither processed nor set aside", stuck)
         if f.undelivered:
@@ -234,91 +192,11 @@ class Verifier:
 
     # --- end state -----------------------------------------------------------------------------------
 
-    def _mismatch(self, what: str, key: str, got: dict[str, Any], want: dict[str, Any]) -> None:
-        f = self.findings
-        f.state_mismatches += 1
-        if f.state_mismatches <= 10:
-            diff = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-            f.problems.append(f"STATE: {what} {key}: (got, expected) {diff}")
-
     async def _clerk(self) -> None:
-        bundles = self.plan.bundles
-        users = {u.clerk_id: u for b in bundles for u in b.users}
-        orgs = {b.org.clerk_id: b.org for b in bundles}
-        members = {m.clerk_id: m for b in bundles for m in b.memberships}
-        sent = self._fully_sent
-        rows = await self.db.fetch(
-            "SELECT clerk_user_id, email, first_name, last_name, clerk_updated_at, deleted_at FROM app_user"
-        )
-        got_users = {r["clerk_user_id"]: r for r in rows}
-        for user in filter(sent, users.values()):
-            newest = self._version_due(user, got_users.get(user.clerk_id))
-            want = {
-                "email": newest["email"],
-                "first_name": newest["first_name"],
-                "last_name": newest["last_name"],
-                "clerk_updated_at": newest["updated_at"],
-                "deleted_at": user.deleted_ms,
-            }
-            self._compare("user", user.clerk_id, got_users.get(user.clerk_id), want)
-        rows = await self.db.fetch("SELECT clerk_org_id, name, slug, clerk_updated_at, deleted_at FROM workspace")
-        got_orgs = {r["clerk_org_id"]: r for r in rows}
-        for org in filter(sent, orgs.values()):
-            newest = self._version_due(org, got_orgs.get(org.clerk_id))
-            want = {
-                "name": newest["name"],
-                "slug": newest["slug"],
-                "clerk_updated_at": newest["updated_at"],
-                "deleted_at": org.deleted_ms,
-            }
-            self._compare("organization", org.clerk_id, got_orgs.get(org.clerk_id), want)
-        rows = await self.db.fetch(
-            "SELECT m.clerk_membership_id, m.role, m.clerk_updated_at, m.deleted_at, w.clerk_org_id, u.clerk_user_id "
-            "FROM workspace_member m JOIN workspace w ON w.id = m.workspace_id JOIN app_user u ON u.id = m.user_id"
-        )
-        got_members = {r["clerk_membership_id"]: r for r in rows}
-        for member in filter(sent, members.values()):
-            assert member.org is not None and member.user is not None
-            newest = self._version_due(member, got_members.get(member.clerk_id))
-            want = {
-                "role": newest["role"],
-                "clerk_updated_at": newest["updated_at"],
-                "deleted_at": member.deleted_ms,
-                "clerk_org_id": member.org.clerk_id,
-                "clerk_user_id": member.user.clerk_id,
-            }
-            self._compare("membership", member.clerk_id, got_members.get(member.clerk_id), want)
-
-    @staticmethod
-    def _version_due(entity: ClerkEntity, row: Any) -> dict[str, Any]:
-        """The version the row must hold: the newest, or for a deleted entity one it was sent before its deletion.
-
-        A deletion is the newest change of its object (SPEC section 11): a version
-        arriving after it writes nothing, and which versions came first (sent newest
-        first, shuffled or concurrently) is not known here. So a deleted row holds one
-        of its versions whole (its ``clerk_updated_at`` says which), or none (no
-        ``clerk_updated_at``: its fields are what a membership or the deletion carried).
-        """
-        newest = entity.newest
-        if entity.deleted_ms is None or row is None:
-            return newest
-        held = _ms(row["clerk_updated_at"])
-        if held is None:
-            return {**{name: row[name] for name in newest if name != "updated_at"}, "updated_at": None}
-        return next((version for version in entity.versions if version["updated_at"] == held), newest)
-
-    @staticmethod
-    def _fully_sent(entity: ClerkEntity) -> bool:
-        return all(e.sends for e in entity.events)
-
-    def _compare(self, what: str, key: str, row: Any, want: dict[str, Any]) -> None:
-        self.findings.entities_checked += 1
-        if row is None:
-            self._mismatch(what, key, {}, want)
-            return
-        got = {k: (_ms(row[k]) if k in ("clerk_updated_at", "deleted_at") else row[k]) for k in want}
-        if got != want:
-            self._mismatch(what, key, got, want)
+        clerk = ClerkCheck(self.plan, self.clerk, self.findings)
+        if self.clerk_before is not None:
+            clerk.webhooks_alone(self.clerk_before)
+        clerk.reconciled(await clerk_rows(self.db))
 
     async def _workspaces(self) -> None:
         rows = await self.db.fetch(
@@ -328,7 +206,7 @@ class Verifier:
         got = {r["clerk_org_id"]: dict(r) for r in rows}
         free = self.config.free_plan_member_limit
         for bundle in self.plan.bundles:
-            if not self._fully_sent(bundle.org):
+            if not all(event.emitted for event in bundle.org.events):
                 continue
             stripe = bundle.stripe
             if stripe is not None and stripe.failure:
@@ -340,7 +218,7 @@ class Verifier:
             self.findings.workspaces_checked += 1
             row = got.get(bundle.org.clerk_id)
             if row is None or {k: row[k] for k in want} != want:
-                self._mismatch("workspace", bundle.org.clerk_id, row or {}, want)
+                self.findings.mismatch("workspace", bundle.org.clerk_id, row or {}, want)
 
     async def _seats(self) -> None:
         """Active members in join order: the first ``member_limit`` hold a seat, the rest are suspended."""
@@ -373,7 +251,7 @@ class Verifier:
             if mirror.failure:
                 self.findings.problem(f"scenario of {mirror.kind} {mirror.stripe_id} failed: {mirror.failure}")
                 continue
-            if mirror.final is None or not all(e.sends for e in mirror.events):
+            if mirror.final is None or not all(e.emitted for e in mirror.events):
                 continue
             final, charge = mirror.final, mirror.charge or {}
             if mirror.kind == "early_fraud_warning":
@@ -389,7 +267,7 @@ class Verifier:
             self.findings.mirrors_checked += 1
             row = got.get(mirror.stripe_id)
             if row is None or {k: row[k] for k in want} != want:
-                self._mismatch(mirror.kind, mirror.stripe_id, row or {}, want)
+                self.findings.mismatch(mirror.kind, mirror.stripe_id, row or {}, want)
 
     def _rate_limit(self) -> None:
         f = self.findings

@@ -22,7 +22,7 @@ from tests.processes import ROOT
 pytestmark = pytest.mark.slow
 
 
-async def _leftovers(database_url: str, redis_url: str, database: str, namespace: str) -> tuple[int, int]:
+async def leftovers_of(database_url: str, redis_url: str, database: str, namespace: str) -> tuple[int, int]:
     connection = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
     try:
         databases = await connection.fetchval("SELECT count(*) FROM pg_database WHERE datname = $1", database)
@@ -44,5 +44,5 @@ def test_smoke_run_prints_every_figure_and_cleans_up(base_database_url: str, red
     missing = [key for key in REQUIRED_KEYS if figures.get(key) is None]
     assert not missing, f"no figure for {missing}:\n{done.stdout}\n{done.stderr[-2000:]}"
     assert figures["mode"] == "smoke" and figures["load_generator"] in ("wrk", "python")
-    leftovers = asyncio.run(_leftovers(base_database_url, redis_url, figures["database"], figures["redis_namespace"]))
+    leftovers = asyncio.run(leftovers_of(base_database_url, redis_url, figures["database"], figures["redis_namespace"]))
     assert leftovers == (0, 0)

@@ -22,3 +22,20 @@ def test_two_worker_row_shows_the_scaling_and_the_bound_one_worker_leaves() -> N
     cells = _row(table(results, "header"), "drain, 2 workers")
     assert cells[2].startswith("x1.20 (machine bound x1.28)")
     assert cells[-1] == "MISS"
+
+
+def test_stripe_backlog_rows_show_their_targets_and_the_reference_without_coalescing() -> None:
+    results = {
+        "stripe_backlog_429": 0,
+        "stripe_backlog_reads_per_customer": 1.0,
+        "stripe_backlog_drain_ratio": 1.4,
+        "stripe_reference_reads_per_customer": 10.0,
+        "stripe_reference_events": 400,
+        "stripe_reference_customers": 40,
+    }
+    rendered = table(results, "header")
+    assert _row(rendered, "Stripe backlog: 429s")[-2:] == ["0", "ok"]
+    reads = _row(rendered, "Stripe backlog: reads per customer")
+    assert "no coalescing: 10.00 (400 events of 40)" in reads[2]
+    assert reads[-2:] == ["<= 1.1", "ok"]
+    assert _row(rendered, "Stripe backlog: drain time")[-2:] == ["<= 1.25", "MISS"]

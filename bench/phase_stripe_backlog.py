@@ -1,0 +1,226 @@
+"""Phase 5, stripe_backlog: a Stripe backlog drained by two workers through the fleet's Stripe API budget.
+
+C linked customers (each a workspace with ``stripe_customer_id`` and an active
+subscription in the Stripe stub), E/C ``customer.subscription.updated`` events
+each, shuffled as a backlog accumulates, stored in the inbox and queued while no
+worker runs (held back; see ``bench/backlog.py``). Two workers (``--queues
+webhook-queue``, ``STRIPE_API_RATE_LIMIT_PER_SECOND=20``) are started, then the
+backlog is released and timed until the queue is empty. The stub (a thread of
+this process) answers 429 past 25 requests in any second, as Stripe would.
+
+Figures: the stub's 429s (the budget must keep every worker under Stripe's
+limit), Stripe calls per distinct customer (a burst about one customer costs one
+read), and the drain time over the time the budget needs for those calls
+(``calls / 20`` s: how fully the fleet uses the budget; its first second is free,
+so a tiny backlog can score under 1). The same backlog, smaller
+(``stripe_reference_*``), with ``BILLING_COALESCE_READS=false`` is the reference:
+every event then costs a call. Every workspace must end as the stub has it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from app.testing.deliveries import random_id, stripe_event, stripe_subscription
+from app.testing.stripe_stub import StripeStub
+from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
+from bench.backlog import enqueue_held_back, release
+
+if TYPE_CHECKING:
+    from bench.harness import Run
+
+BUDGET_PER_SECOND = 20  # STRIPE_API_RATE_LIMIT_PER_SECOND of the workers
+STUB_LIMIT_PER_SECOND = 25  # what the stub lets through, like Stripe's own limit above the budget
+WORKERS = 2
+_ENDED = frozenset({"canceled", "incomplete_expired"})
+_CHECKED = ("subscription_id", "subscription_status", "seat_quantity", "cancel_at_period_end", "member_limit")
+
+
+class BacklogStripeStub(StripeStub):
+    """The test kit's stub, finding a customer's subscriptions before copying them.
+
+    The kit's ``_expanded_customer`` deep-copies every stored subscription on each
+    expanded read (about 0.25 s per read with 1,000 customers), which would make the
+    stub, not the budget, what the drain waits for. Same answers, found first.
+    """
+
+    def _expanded_customer(self, customer: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            subs = [
+                copy.deepcopy(sub)
+                for sub in reversed(self._objects["subscription"].values())
+                if sub.get("customer") == customer["id"] and sub.get("status") not in _ENDED
+            ]
+        url = f"/v1/customers/{customer['id']}/subscriptions"
+        return {**customer, "subscriptions": {"object": "list", "data": subs, "has_more": False, "url": url}}
+
+
+@dataclass
+class Drained:
+    """One backlog's outcome, as the stub and the database saw it."""
+
+    events: int
+    customers: int
+    seconds: float
+    calls: int
+    rate_limited: int
+    peak_per_second: int
+    worker_cpu_seconds: float
+    processed: int = 0
+    retried: int = 0
+    mismatched: int = 0
+
+    @property
+    def calls_per_customer(self) -> float:
+        return self.calls / self.customers
+
+    @property
+    def drain_ratio(self) -> float:
+        """Drain time over the time the budget needs for the calls made: 1.0 is the budget used to the full."""
+        return self.seconds / max(self.calls / BUDGET_PER_SECOND, 1e-9)
+
+
+async def stripe_backlog(run: Run) -> None:
+    mode = run.mode
+    with BacklogStripeStub() as stub:
+        main = await _backlog(run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, coalesce=True)
+        reference = await _backlog(
+            run, stub, mode.stripe_reference_events, mode.stripe_reference_customers, coalesce=False
+        )
+    run.results.update(
+        stripe_backlog_429=main.rate_limited,
+        stripe_backlog_reads_per_customer=main.calls_per_customer,
+        stripe_backlog_drain_ratio=main.drain_ratio,
+        stripe_backlog_seconds=main.seconds,
+        stripe_backlog_events=main.events,
+        stripe_backlog_customers=main.customers,
+        stripe_backlog_reads=main.calls,
+        stripe_backlog_peak_rps=main.peak_per_second,
+        stripe_backlog_mismatched=main.mismatched,
+        stripe_backlog_worker_cpu_ms=main.worker_cpu_seconds / main.events * 1000,
+        stripe_reference_429=reference.rate_limited,
+        stripe_reference_reads_per_customer=reference.calls_per_customer,
+        stripe_reference_drain_ratio=reference.drain_ratio,
+        stripe_reference_seconds=reference.seconds,
+        stripe_reference_events=reference.events,
+        stripe_reference_customers=reference.customers,
+        stripe_reference_mismatched=reference.mismatched,
+    )
+
+
+async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, *, coalesce: bool) -> Drained:
+    """Seed, start two workers, release, time until the queue is empty, check; leaves no worker running."""
+    label = "coalesced" if coalesce else "reference (no coalescing)"
+    await run.stop_workers()  # an earlier phase's worker reads no Stripe stub: it must not take these events
+    await run.reset_inbox()
+    stub.reset()
+    stub.enforce_rate_limit(STUB_LIMIT_PER_SECOND)
+    expected = await _seed(run, stub, events, customers, seed=events + customers)
+    env = {
+        "STRIPE_API_BASE": stub.base_url,
+        "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND),
+        "BILLING_COALESCE_READS": "true" if coalesce else "false",
+    }
+    workers = [psutil.Process(worker.process.pid) for worker in await run.start_workers(WORKERS, env)]
+    cpu_before = _cpu_seconds(workers)
+    started = await release(run)
+    calls_wanted = customers if coalesce else events
+    ended = await run.wait_queue_empty(max(60.0, 3 * calls_wanted / BUDGET_PER_SECOND))
+    cpu = _cpu_seconds(workers) - cpu_before
+    times = stub.request_times
+    await run.stop_workers()
+    drained = Drained(
+        events, customers, ended - started, len(times), stub.rate_limited, _most_in_one_second(times), cpu
+    )
+    await _check(run, expected, drained, label)
+    run.log(
+        f"  stripe backlog {label}: {events} events of {customers} customers in {drained.seconds:.1f} s; "
+        f"{drained.calls} Stripe calls ({drained.calls_per_customer:.2f} per customer, peak "
+        f"{drained.peak_per_second}/s), {drained.rate_limited} answered 429; drain / (calls / "
+        f"{BUDGET_PER_SECOND} per s) = {drained.drain_ratio:.2f}; worker CPU {cpu / events * 1000:.1f} ms per event"
+    )
+    await run.reset_inbox()
+    return drained
+
+
+async def _seed(run: Run, stub: StripeStub, events: int, customers: int, *, seed: int) -> dict[str, dict[str, Any]]:
+    """Workspaces, the stub's customers and subscriptions, the inbox rows and their held-back jobs.
+
+    Returns each customer's expected billing columns: the stub's state, which every
+    event of the backlog asks to be read (event bodies are never trusted).
+    """
+    rng = random.Random(seed)
+    expected: dict[str, dict[str, Any]] = {}
+    records = []
+    for n in range(customers):
+        customer = f"cus_bench{n:06d}"
+        seats = 1 + rng.randrange(9)
+        stub.put_customer(customer)
+        subscription = stub.put_subscription(customer, id=f"sub_bench{n:06d}", quantity=seats)
+        expected[customer] = dict(zip(_CHECKED, (subscription["id"], "active", seats, False, seats), strict=True))
+        for _ in range(events // customers):
+            # Bodies as Stripe sent them over time (older seat counts): only the customer id in them matters.
+            body = stripe_event(
+                "customer.subscription.updated", stripe_subscription(customer, id=subscription["id"], quantity=1)
+            )
+            records.append(("stripe", random_id("evt"), body["type"], json.dumps(body, separators=(",", ":"))))
+    rng.shuffle(records)  # a backlog accumulates events of every customer, interleaved
+    async with run.pool.acquire() as connection:
+        await connection.executemany(
+            "INSERT INTO workspace (stripe_customer_id, member_limit, name) VALUES ($1, 3, $1)",
+            [(customer,) for customer in expected],
+        )
+        await connection.copy_records_to_table(
+            "webhook_event", records=records, columns=["provider", "event_id", "type", "payload"]
+        )
+        rows = await connection.fetch("SELECT id FROM webhook_event ORDER BY id")
+    data = [ProcessWebhookEventData(event_row_id=row["id"]) for row in rows]
+    await enqueue_held_back(run, ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
+    return expected
+
+
+async def _check(run: Run, expected: dict[str, dict[str, Any]], drained: Drained, label: str) -> None:
+    """Every event processed, and every workspace holding what the stub holds; a note for each shortfall."""
+    row = await run.pool.fetchrow(
+        "SELECT count(*) FILTER (WHERE processed_at IS NOT NULL) AS done, "
+        "count(*) FILTER (WHERE last_error IS NOT NULL OR attempts > 1) AS retried FROM webhook_event"
+    )
+    drained.processed, drained.retried = int(row["done"]), int(row["retried"])
+    columns = ", ".join(_CHECKED)
+    stored = {
+        record["stripe_customer_id"]: {name: record[name] for name in _CHECKED}
+        for record in await run.pool.fetch(f"SELECT stripe_customer_id, {columns} FROM workspace")
+    }
+    wrong = [customer for customer, want in expected.items() if stored.get(customer) != want]
+    drained.mismatched = len(wrong)
+    if drained.processed != drained.events:
+        run.notes.append(f"stripe backlog {label}: {drained.processed} of {drained.events} events processed")
+    if drained.retried:
+        run.notes.append(f"stripe backlog {label}: {drained.retried} events needed more than one attempt")
+    if wrong:
+        example = wrong[0]
+        run.notes.append(
+            f"stripe backlog {label}: {len(wrong)} workspaces differ from the Stripe stub, e.g. {example}: "
+            f"{stored.get(example)} instead of {expected[example]}"
+        )
+
+
+def _cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User + system CPU seconds the processes used so far."""
+    return sum(sum(process.cpu_times()[:2]) for process in processes)
+
+
+def _most_in_one_second(times: list[float]) -> int:
+    """The most requests the stub received in any one-second window."""
+    ordered, most, start = sorted(times), 0, 0
+    for end, at in enumerate(ordered):
+        while ordered[start] <= at - 1.0:
+            start += 1
+        most = max(most, end - start + 1)
+    return most

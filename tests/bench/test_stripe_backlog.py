@@ -1,0 +1,37 @@
+"""The bench's Stripe backlog phase in its smallest mode: the budget keeps under Stripe's limit, one read per
+customer (ten without coalescing), every workspace as the Stripe stub has it, nothing left behind.
+
+No timing is asserted (the drain ratio is reported, not checked here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app.testing.processes import child_env
+from tests.bench.test_bench_smoke import leftovers_of
+from tests.processes import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_stripe_backlog_reads_each_customer_once_and_ends_as_stripe_has_it(
+    base_database_url: str, redis_url: str
+) -> None:
+    command = [sys.executable, "-m", "bench", "--smoke", "--phases", "stripe_backlog"]
+    command += ["--database-url", base_database_url, "--redis-url", redis_url]
+    done = subprocess.run(command, cwd=ROOT, env=child_env({}), capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["stripe_backlog_429"] == figures["stripe_reference_429"] == 0, done.stderr[-2000:]
+    assert figures["stripe_backlog_reads_per_customer"] == 1.0
+    assert figures["stripe_reference_reads_per_customer"] == 10.0  # smoke: 40 events of 4 customers
+    assert figures["stripe_backlog_mismatched"] == figures["stripe_reference_mismatched"] == 0
+    assert figures["stripe_backlog_drain_ratio"] > 0
+    leftovers = asyncio.run(leftovers_of(base_database_url, redis_url, figures["database"], figures["redis_namespace"]))
+    assert leftovers == (0, 0)
