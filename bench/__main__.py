@@ -21,7 +21,15 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench import loadgen, phase_crons, phase_drain, phase_intake, phase_pipeline, phase_stripe_backlog
+from bench import (
+    loadgen,
+    phase_crons,
+    phase_drain,
+    phase_intake,
+    phase_metrics_cost,
+    phase_pipeline,
+    phase_stripe_backlog,
+)
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, MODES, ROOT, Mode, Run
 from bench.report import json_line, table
 
@@ -31,6 +39,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "drain": phase_drain.drain,
     "crons": phase_crons.crons,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
+    "metrics_cost": phase_metrics_cost.metrics_cost,
 }
 
 

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,7 @@ class Run:
                 "WORKER_SHUTDOWN_GRACE_SECONDS": "5",
                 "LOG_FORMAT": "json",
                 "LOG_LEVEL": "info",
+                "WORKER_METRICS_PORT": "0",  # several workers on one host; the metrics phase gives its own a port
             }
             self.resources = open_resources(load_settings(self.env), ())
             resources_opened = True
@@ -243,13 +244,20 @@ class Run:
     async def start_worker(self) -> Managed:
         return (await self.start_workers(1))[0]
 
-    async def start_workers(self, count: int, env: Mapping[str, str] | None = None) -> list[Managed]:
-        """``count`` more worker processes, started together; ``env``: settings over the run's (a phase's own)."""
+    async def start_workers(
+        self, count: int, env: Mapping[str, str] | None = None, launcher: Sequence[str] = ()
+    ) -> list[Managed]:
+        """``count`` more worker processes, started together; ``env``: settings over the run's (a phase's own);
+        ``launcher``: what runs them (``Processes.start_worker``)."""
         started = []
         for _ in range(count):
             name = f"worker{len(self.workers) + 1}"
             worker = await asyncio.to_thread(
-                self.processes.start_worker, name, {**self.env, **(env or {})}, ["--module", "bench.jobs:MODULE"]
+                self.processes.start_worker,
+                name,
+                {**self.env, **(env or {})},
+                ["--module", "bench.jobs:MODULE"],
+                launcher,
             )
             self.workers.append(worker)
             started.append(worker)

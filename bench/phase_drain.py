@@ -26,8 +26,8 @@ async def drain(run: Run) -> None:
     count = run.mode.drain_events
     if not run.workers:
         await run.start_worker()
-    await _warm_up(run)
-    await _clerk_backlog(run, count, "d1")
+    await warm_up(run)
+    await clerk_backlog(run, count, "d1")
     run.results["drain_eps_1w"] = await _drain(run, "clerk 1w", count)
     await _check_clerk(run, count, "1 worker")
     noop, update = await _reference_drains(run, "1w")
@@ -42,8 +42,8 @@ async def drain(run: Run) -> None:
     )
 
     await run.start_worker()
-    await _warm_up(run)
-    await _clerk_backlog(run, count, "d2")
+    await warm_up(run)
+    await clerk_backlog(run, count, "d2")
     run.results["drain_eps_2w"] = await _drain(run, "clerk 2w", count)
     await _check_clerk(run, count, "2 workers")
     if run.mode.reference_drains_2w:
@@ -92,7 +92,7 @@ async def _drain(run: Run, label: str, count: int) -> float:
     return rate
 
 
-async def _clerk_backlog(run: Run, count: int, tag: str) -> None:
+async def clerk_backlog(run: Run, count: int, tag: str) -> None:
     events = clerk_mix(count, tag, seed=sum(map(ord, tag)))
     records = [("clerk", event.event_id, event.event_type, event.body) for event in events]
     async with run.pool.acquire() as connection:
@@ -131,10 +131,10 @@ async def _reference_drains(run: Run, suffix: str) -> tuple[float, float]:
     return noop, update
 
 
-async def _warm_up(run: Run) -> None:
+async def warm_up(run: Run) -> None:
     """A few Clerk events through every worker first: a fresh worker prepares its statements on the way."""
     await run.reset_inbox()
-    await _clerk_backlog(run, max(50, run.mode.drain_events // 20), "warm")
+    await clerk_backlog(run, max(50, run.mode.drain_events // 20), "warm")
     await release(run)
     await run.wait_queue_empty(within=60.0)
     await run.reset_inbox()

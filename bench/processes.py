@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,10 +79,18 @@ class Processes:
         return managed
 
     def start_uvicorn(
-        self, role: str, name: str, factory: str, env: Mapping[str, str], workers: int
+        self,
+        role: str,
+        name: str,
+        factory: str,
+        env: Mapping[str, str],
+        workers: int,
+        launcher: Sequence[str] = (),
     ) -> tuple[str, Managed]:
+        """``launcher``: ``python -m`` arguments run first (``bench.without_metrics``), uvicorn then runs under it."""
         port = free_port()
-        command = [sys.executable, "-m", "uvicorn", "--factory", factory, "--port", str(port), *UVICORN_FLAGS]
+        run_uvicorn = [*launcher, "uvicorn"] if launcher else ["-m", "uvicorn"]
+        command = [sys.executable, *run_uvicorn, "--factory", factory, "--port", str(port), *UVICORN_FLAGS]
         if workers > 1:
             command += ["--workers", str(workers)]
         managed = self.start(role, name, command, env)
@@ -90,8 +98,11 @@ class Processes:
         self._wait_listening(managed, base_url)
         return base_url, managed
 
-    def start_worker(self, name: str, env: Mapping[str, str], extra: list[str]) -> Managed:
-        command = [sys.executable, "-m", "app.testing.worker", "--queues", "webhook-queue", *extra]
+    def start_worker(
+        self, name: str, env: Mapping[str, str], extra: list[str], launcher: Sequence[str] = ()
+    ) -> Managed:
+        run_worker = [*launcher, "app.testing.worker"] if launcher else ["-m", "app.testing.worker"]
+        command = [sys.executable, *run_worker, "--queues", "webhook-queue", *extra]
         return self.start("worker", name, command, env)
 
     def _wait_listening(self, managed: Managed, base_url: str, timeout: float = 60.0) -> None:

@@ -24,6 +24,8 @@ REQUIRED_KEYS = (
     "stripe_backlog_429",
     "stripe_backlog_reads_per_customer",
     "stripe_backlog_drain_ratio",
+    "metrics_intake_cost",
+    "metrics_worker_cpu_cost",
     "api_rss_mb",
     "worker_rss_mb",
 )
@@ -177,6 +179,28 @@ ROWS = (
         ),
         "<= 1.25",
         _check(lambda r: r["stripe_backlog_drain_ratio"] <= 1.25),
+    ),
+    Row(
+        "metrics: intake cost (1 - req/s with / without)",
+        lambda r: f"{r['metrics_intake_cost'] * 100:.1f}%" if r.get("metrics_intake_cost") is not None else "n/a",
+        lambda r: (
+            f"{_f('metrics_intake_rps_on')(r)} req/s with, {_f('metrics_intake_rps_off')(r)} without; "
+            f"CPU {_f('metrics_intake_cpu_us_on')(r)} / {_f('metrics_intake_cpu_us_off')(r)} us per request"
+        ),
+        "<= 5%",
+        _check(lambda r: r["metrics_intake_cost"] <= 0.05),
+    ),
+    Row(
+        "metrics: worker CPU per job cost",
+        lambda r: (
+            f"{r['metrics_worker_cpu_cost'] * 100:.1f}%" if r.get("metrics_worker_cpu_cost") is not None else "n/a"
+        ),
+        lambda r: (
+            f"{_f('metrics_worker_cpu_ms_on', 2)(r)} ms with, {_f('metrics_worker_cpu_ms_off', 2)(r)} ms without "
+            "(Clerk events, /metrics scraped every second)"
+        ),
+        "<= 5%",
+        _check(lambda r: r["metrics_worker_cpu_cost"] <= 0.05),
     ),
     Row("API peak RSS (MB)", _f("api_rss_mb", 0), _text(""), "<= 150", _check(lambda r: r["api_rss_mb"] <= 150)),
     Row(

@@ -1,0 +1,130 @@
+"""Phase 6, metrics_cost: what the metrics cost the intake and a worker.
+
+The same API, and the same worker, run twice: as shipped (every delivery,
+job and event counted, ``/metrics`` scraped every second as Prometheus
+would), and with every count a no-op (``bench/without_metrics.py``). Intake
+rounds alternate between the two APIs at the intake phase's concurrency;
+Clerk backlogs are drained by one worker of each kind in turn (on, off, off,
+on). Medians land in ``Run.results``: the intake's requests per second and
+the worker's CPU per job, each with and without.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import httpx
+import psutil
+
+from app.testing.processes import free_port
+from bench import loadgen
+from bench.backlog import release
+from bench.deliveries import stripe_set
+from bench.measures import cpu_seconds
+from bench.phase_drain import clerk_backlog, warm_up
+
+if TYPE_CHECKING:
+    from bench.harness import Run
+
+WITHOUT = ("-m", "bench.without_metrics")
+SCRAPE_SECONDS = 1.0
+
+
+async def metrics_cost(run: Run) -> None:
+    await _intake(run)
+    await _drain(run)
+    on, off = run.results["metrics_intake_rps_on"], run.results["metrics_intake_rps_off"]
+    run.results["metrics_intake_cost"] = 1 - on / off
+    cpu_on, cpu_off = run.results["metrics_worker_cpu_ms_on"], run.results["metrics_worker_cpu_ms_off"]
+    run.results["metrics_worker_cpu_cost"] = cpu_on / cpu_off - 1
+
+
+async def _intake(run: Run) -> None:
+    mode, secret = run.mode, run.env["STRIPE_WEBHOOK_SECRET"]
+    start = run.processes.start_uvicorn
+    on_url, on = await asyncio.to_thread(start, "api", "api-metrics-on", "app.asgi:create_app", run.env, 1)
+    off_url, off = await asyncio.to_thread(start, "api", "api-metrics-off", "app.asgi:create_app", run.env, 1, WITHOUT)
+    cap = 12_000 if run.use_wrk and loadgen.wrk_path() else 6_000
+    rps: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    rounds = max(3, mode.intake_rounds * 2)
+    for round_no in range(rounds):
+        order = ["on", "off"] if round_no % 2 == 0 else ["off", "on"]
+        for kind in order:
+            url, server = (on_url, on) if kind == "on" else (off_url, off)
+            signed = stripe_set(secret, int(mode.intake_seconds * cap) + 1000, f"m{kind}{round_no:02d}")
+            lines, template = signed.write(run.directory, f"metrics-{kind}-{round_no}")
+            cpu_before = cpu_seconds(server)
+            async with _scraping([f"{url}/metrics"] if kind == "on" else []):
+                result = await loadgen.run_closed_loop(
+                    url, lines, template, seconds=mode.intake_seconds, connections=mode.connections, use_wrk=run.use_wrk
+                )
+            lines.unlink()
+            rps[kind].append(result.rps)
+            cpu[kind].append((cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6)
+            run.log(f"  intake, metrics {kind:3s} {result.rps:8.0f} req/s  server CPU {cpu[kind][-1]:5.0f} us/request")
+        await run.reset_inbox()
+    run.processes.stop(on)
+    run.processes.stop(off)
+    run.results.update(
+        metrics_intake_rps_on=statistics.median(rps["on"]),
+        metrics_intake_rps_off=statistics.median(rps["off"]),
+        metrics_intake_cpu_us_on=statistics.median(cpu["on"]),
+        metrics_intake_cpu_us_off=statistics.median(cpu["off"]),
+    )
+
+
+async def _drain(run: Run) -> None:
+    count = run.mode.drain_events
+    await run.stop_workers()
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    for round_no, kind in enumerate(("on", "off", "off", "on")):
+        port = free_port()
+        env = {"WORKER_METRICS_PORT": str(port)} if kind == "on" else {}
+        (worker,) = await run.start_workers(1, env, WITHOUT if kind == "off" else ())
+        await warm_up(run)
+        await clerk_backlog(run, count, f"m{round_no}")
+        process = psutil.Process(worker.process.pid)
+        before = process.cpu_times()
+        async with _scraping([f"http://127.0.0.1:{port}/metrics"] if kind == "on" else []):
+            started = await release(run)
+            ended = await run.wait_queue_empty(max(60.0, count / 50))
+        after = process.cpu_times()
+        used = after.user + after.system - before.user - before.system
+        cpu[kind].append(used / count * 1000)
+        run.log(
+            f"  drain, metrics {kind:3s} {count} jobs in {ended - started:6.2f} s: "
+            f"{cpu[kind][-1]:5.2f} worker CPU ms/job"
+        )
+        await run.stop_workers()
+        await run.reset_inbox()
+    run.results.update(
+        metrics_worker_cpu_ms_on=statistics.median(cpu["on"]),
+        metrics_worker_cpu_ms_off=statistics.median(cpu["off"]),
+    )
+
+
+@contextlib.asynccontextmanager
+async def _scraping(urls: list[str]) -> AsyncIterator[None]:
+    """Scrape each URL every second while the block runs, as Prometheus would (the scrapes are part of the cost)."""
+
+    async def scrape() -> None:
+        async with httpx.AsyncClient(timeout=5) as client:
+            while True:
+                for url in urls:
+                    with contextlib.suppress(httpx.HTTPError):
+                        (await client.get(url)).raise_for_status()
+                await asyncio.sleep(SCRAPE_SECONDS)
+
+    task = asyncio.create_task(scrape()) if urls else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
