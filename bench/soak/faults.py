@@ -27,22 +27,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from dataclasses import dataclass
 
 from bench.soak.cluster import Cluster
 from bench.soak.config import SoakConfig
+from bench.soak.fault_record import FaultRecord
 from bench.soak.runtime import Driver, StubControl
 
 STRIPE_OUTAGE_AT = 0.55
-
-
-@dataclass
-class FaultRecord:
-    name: str
-    at: float  # run seconds when it began
-    healed_after: float  # seconds until the faulty part served again
-    note: str = ""
-    ok: bool = True  # False: the fault exposed a finding (e.g. a worker that did not stop on SIGTERM)
 
 
 class Faults:

@@ -38,7 +38,7 @@ from pathlib import Path
 from app.testing.processes import child_env
 from bench.soak.cluster import ROOT, Cluster
 from bench.soak.config import SoakConfig
-from bench.soak.faults import FaultRecord
+from bench.soak.fault_record import FaultRecord
 from bench.soak.findings import gap_alerts
 from bench.soak.plan import Event
 

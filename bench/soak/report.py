@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from bench.soak.config import SoakConfig
-from bench.soak.faults import FaultRecord
+from bench.soak.fault_record import FaultRecord
 from bench.soak.findings import Findings
 from bench.soak.load import Stats, percentile
 
