@@ -102,7 +102,8 @@ def main() -> None:
         name, _, value = item.partition("=")
         if name not in {field.name for field in dataclasses.fields(Mode)} or name == "name":
             parser.error(f"--set {item!r}: no mode field {name!r}")
-        overrides[name] = type(getattr(mode, name))(value)
+        current = getattr(mode, name)
+        overrides[name] = tuple(value.split(",")) if isinstance(current, tuple) else type(current)(value)
     mode = dataclasses.replace(mode, **overrides)
     phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
     unknown = sorted(set(phases) - set(PHASES))

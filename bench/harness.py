@@ -65,6 +65,9 @@ class Mode:
     stripe_backlog_customers: int = 200
     stripe_reference_events: int = 400
     stripe_reference_customers: int = 40
+    # metrics_cost: intake rounds of each kind, and the order of its drains (a slow moment hits both kinds alike)
+    metrics_intake_rounds: int = 3
+    metrics_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
 
 
 MODES = {
@@ -83,6 +86,8 @@ MODES = {
         stripe_backlog_customers=20,
         stripe_reference_events=40,
         stripe_reference_customers=4,
+        metrics_intake_rounds=1,
+        metrics_drains=("on", "off"),
     ),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
     "full": Mode(

@@ -5,7 +5,7 @@ job and event counted, ``/metrics`` scraped every second as Prometheus
 would), and with every count a no-op (``bench/without_metrics.py``). Intake
 rounds alternate between the two APIs at the intake phase's concurrency;
 Clerk backlogs are drained by one worker of each kind in turn (on, off, off,
-on, on, off). Medians land in ``Run.results``: the intake's requests per second and
+on, on, off; the smoke run does one round of each). Medians land in ``Run.results``: the intake's requests per second and
 the worker's CPU per job, each with and without.
 """
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 WITHOUT = ("-m", "bench.without_metrics")
 SCRAPE_SECONDS = 1.0
 DRAIN_EVENTS = 5_000  # per drain, at most: CPU per job does not depend on the backlog's size
-DRAIN_ROUNDS = ("on", "off", "off", "on", "on", "off")  # a slow moment of the machine hits both kinds alike
 
 
 async def metrics_cost(run: Run) -> None:
@@ -54,8 +53,7 @@ async def _intake(run: Run) -> None:
     cap = 12_000 if run.use_wrk and loadgen.wrk_path() else 6_000
     rps: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}
-    rounds = max(3, mode.intake_rounds * 2)
-    for round_no in range(rounds):
+    for round_no in range(mode.metrics_intake_rounds):
         order = ["on", "off"] if round_no % 2 == 0 else ["off", "on"]
         for kind in order:
             url, server = (on_url, on) if kind == "on" else (off_url, off)
@@ -85,7 +83,7 @@ async def _drain(run: Run) -> None:
     count = min(run.mode.drain_events, DRAIN_EVENTS)
     await run.stop_workers()
     cpu: dict[str, list[float]] = {"on": [], "off": []}
-    for round_no, kind in enumerate(DRAIN_ROUNDS):
+    for round_no, kind in enumerate(run.mode.metrics_drains):
         port = free_port()
         env = {"WORKER_METRICS_PORT": str(port)} if kind == "on" else {}
         (worker,) = await run.start_workers(1, env, WITHOUT if kind == "off" else ())
