@@ -5,8 +5,9 @@ job and event counted, ``/metrics`` scraped every second as Prometheus
 would), and with every count a no-op (``bench/without_metrics.py``). Intake
 rounds alternate between the two APIs at the intake phase's concurrency;
 Clerk backlogs are drained by one worker of each kind in turn (on, off, off,
-on, on, off; the smoke run does one round of each). Medians land in ``Run.results``: the intake's requests per second and
-the worker's CPU per job, each with and without.
+on, on, off; the smoke run does one round of each). Medians land in
+``Run.results``: the intake's requests per second and the worker's CPU per
+job, each with and without.
 """
 
 from __future__ import annotations
