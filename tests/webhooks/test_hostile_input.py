@@ -12,8 +12,11 @@ from stripe import WebhookSignature
 from svix.webhooks import Webhook
 
 from app.core.resources import Resources
+from app.core.sentry import flush_sentry
 from app.testing.deliveries import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event
 from app.webhooks import guards
+from app.webhooks.verification import MAX_SIGNATURE_HEADER_BYTES
+from tests.stubs.sentry_ingest import SentryIngestStub
 from tests.webhooks.conftest import inbox_count, inbox_rows
 
 
@@ -57,6 +60,53 @@ async def test_unsigned_garbled_and_non_ascii_signature_headers_get_400(
         assert response.status_code == 400, (headers, response.text)
         assert response.json()["detail"]
     assert await inbox_count(resources) == 0
+
+
+def padded(header: str, length: int, entry: str, sep: str, *, before: bool = False) -> str:
+    """``header`` with harmless ``entry`` items (the provider skips them) making it exactly ``length`` long."""
+    pads: list[str] = []
+    room = length - len(header)
+    while room > 0:
+        size = min(room, len(sep) + len(entry) + 64)
+        if room - size <= len(sep) + len(entry):  # no remainder too short for an entry of its own
+            size = room
+        pads.append(entry + "0" * (size - len(sep) - len(entry)))
+        room -= size
+    result = sep.join([*pads, header] if before else [header, *pads])
+    assert len(result) == length
+    return result
+
+
+@pytest.mark.parametrize("length", [MAX_SIGNATURE_HEADER_BYTES, MAX_SIGNATURE_HEADER_BYTES + 1])
+async def test_a_valid_signature_header_is_accepted_up_to_8_kb_and_refused_past_it(
+    client: Any, resources: Resources, webhook_secrets: dict[str, str], length: int
+) -> None:
+    """The limit holds even for a header whose signature verifies: past it nothing is even checked."""
+    accepted = length <= MAX_SIGNATURE_HEADER_BYTES
+    stripe_delivery = signed_stripe_delivery(
+        stripe_event("customer.subscription.updated", {"id": "sub_1"}, event_id=f"evt_pad_{length}"),
+        webhook_secrets["stripe"],
+    )
+    stripe_headers_padded = {
+        **stripe_delivery.headers,
+        "Stripe-Signature": padded(stripe_delivery.headers["Stripe-Signature"], length, "v0=", ","),
+    }
+    clerk_delivery = signed_clerk_delivery(clerk_event("user.updated"), webhook_secrets["clerk"])
+    clerk_headers_padded = {
+        **clerk_delivery.headers,
+        "svix-signature": padded(clerk_delivery.headers["svix-signature"], length, "v0,", " ", before=True),
+    }
+    for path, delivery, headers, name in (
+        ("/webhooks/stripe", stripe_delivery, stripe_headers_padded, "Stripe-Signature"),
+        ("/webhooks/clerk", clerk_delivery, clerk_headers_padded, "svix-signature"),
+    ):
+        response = await client.post(path, content=delivery.body, headers=headers)
+        if accepted:
+            assert response.status_code == 200, (path, response.text)
+        else:
+            assert response.status_code == 400, (path, response.text)
+            assert response.json()["detail"] == f"{name} header is longer than {MAX_SIGNATURE_HEADER_BYTES} bytes."
+    assert await inbox_count(resources) == (2 if accepted else 0)
 
 
 async def test_a_stripe_timestamp_more_than_300_s_in_the_future_is_refused(
@@ -137,11 +187,28 @@ async def test_64_levels_and_numbers_postgres_cannot_hold_are_stored_as_the_work
     assert set(rows) == {"evt_deep", "evt_tiny"}
 
 
-async def test_a_switched_off_route_answers_404_whatever_the_body(make_client: Any) -> None:
-    client = await make_client(BILLING_PROVIDER="none", WEBHOOK_MAX_BODY_BYTES="1024")
-    big = b"{" + b" " * (2 * 1024 * 1024) + b"}"
-    response = await client.post("/webhooks/stripe", content=big, headers={"Content-Type": "application/json"})
-    assert response.status_code == 404
+@pytest.mark.parametrize(
+    "body",
+    [b"{" + b" " * (2 * 1024 * 1024) + b"}", b"this is not json", b"{", b"[" * 10_000 + b"]" * 10_000],
+    ids=["2-MB", "not-json", "open-brace", "10000-deep"],
+)
+async def test_a_switched_off_route_answers_404_whatever_the_body_with_sentry_on(
+    make_client: Any, sentry_enabled: SentryIngestStub, body: bytes
+) -> None:
+    """SPEC 5: the switch comes before the size and the body; nothing reads it first (Sentry's Litestar
+    integration did: a 413 for 2 MB, a 500 for bad JSON) and nothing reaches Sentry."""
+    client = await make_client(
+        BILLING_PROVIDER="none",
+        CLERK_WEBHOOK_SIGNING_SECRET="",
+        WEBHOOK_MAX_BODY_BYTES="1024",
+        SENTRY_DSN=sentry_enabled.dsn,
+    )
+    for path in ("/webhooks/stripe", "/webhooks/clerk"):
+        response = await client.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert response.status_code == 404, (path, response.text)
+    flush_sentry(timeout=5)
+    assert sentry_enabled.events == []
+    assert sentry_enabled.sent_bytes() == b""
 
 
 async def asgi_post(client: Any, path: str, receive: Any) -> list[dict[str, Any]]:
