@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from litestar import Litestar
 
-from app.billing.reconcile import ReconcileReport, reconcile_billing
+from app.billing.reconcile import ReconcileReport, reconcile_billing, shown
 from app.core.commands import command_group, run_with_resources, table
 from app.core.resources import Resources
 
@@ -15,7 +15,11 @@ def billing_group() -> None:
     pass
 
 
-@billing_group.command(name="reconcile", help="Read linked workspaces from Stripe again and correct what differs.")
+@billing_group.command(
+    name="reconcile",
+    help="Read linked workspaces from Stripe again and correct what differs. A workspace that cannot be read is "
+    "named and skipped; the command then exits with status 1.",
+)
 @click.option("--all", "every", is_flag=True, help="Every linked workspace, not only those not synced lately.")
 @click.option("--dry-run", is_flag=True, help="Only report what differs.")
 def reconcile_command(app: Litestar, every: bool, dry_run: bool) -> None:
@@ -25,6 +29,10 @@ def reconcile_command(app: Litestar, every: bool, dry_run: bool) -> None:
     report = run_with_resources(app, work)
     if report.differences:
         rows = [("WORKSPACE", "COLUMN", "STORED", "STRIPE")]
-        rows += [(str(d.workspace_id), d.column, repr(d.stored), repr(d.stripe)) for d in report.differences]
+        rows += [(str(d.workspace_id), d.column, shown(d.stored), shown(d.stripe)) for d in report.differences]
         click.echo(table(rows))
+    for failure in report.failures:
+        click.echo(failure.line())
     click.echo(report.summary())
+    if report.failures:
+        click.get_current_context().exit(1)

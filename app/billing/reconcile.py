@@ -5,25 +5,43 @@ could not: an event Stripe stopped redelivering, a member-limit job that was
 lost, a row edited by hand, a handler bug since fixed. Each workspace is one
 transaction under the same locks as an event's sync (its customer, then its
 row), read through the same budget; the differences are reported column by
-column, and the members are re-seated for the limit Stripe says.
+column, and the members are re-seated for the limit Stripe says. A workspace
+that cannot be read (a customer Stripe no longer has, a timeout) is logged and
+counted, and the run goes on with the next one.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select
 
 from app.billing.services import billing_columns, lock_customer, paid_seats
 from app.billing.stripe_gateway import StripeGateway, stripe_gateway
+from app.core.redaction import SecretScrubber
 from app.core.resources import Resources
 from app.identity.models import Workspace
 from app.identity.seats import reseat
 
 logger = logging.getLogger(__name__)
+
+
+def shown(value: Any) -> str:
+    """A column's value as an operator reads it: ISO times (UTC), plain numbers and words, empty for None."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return (value.astimezone(UTC) if value.tzinfo else value).isoformat()
+    return str(value)
+
+
+def _logged(value: Any) -> str:
+    return shown(value) if value is not None else "none"
 
 
 @dataclass(frozen=True)
@@ -34,11 +52,24 @@ class Difference:
     stripe: Any
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A workspace this run could not reconcile, and why (secrets scrubbed)."""
+
+    workspace_id: int
+    customer_id: str
+    error: str
+
+    def line(self) -> str:
+        return f"Workspace {self.workspace_id} (customer {self.customer_id}) could not be reconciled: {self.error}"
+
+
 @dataclass
 class ReconcileReport:
     dry_run: bool
     reconciled: int = 0
     differences: list[Difference] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
     @property
     def differed(self) -> int:
@@ -64,9 +95,17 @@ async def due_workspaces(resources: Resources, *, every: bool) -> list[tuple[int
 
 
 async def reconcile_billing(resources: Resources, *, every: bool = False, dry_run: bool = False) -> ReconcileReport:
+    """Every due workspace, each on its own: one that fails is logged and counted in ``failures``, not fatal."""
     report, gateway = ReconcileReport(dry_run), stripe_gateway(resources)
+    scrubber = SecretScrubber(resources.settings.secret_values())
     for workspace_id, customer_id in await due_workspaces(resources, every=every):
-        differences = await _reconcile_one(resources, gateway, workspace_id, customer_id, dry_run=dry_run)
+        try:
+            differences = await _reconcile_one(resources, gateway, workspace_id, customer_id, dry_run=dry_run)
+        except Exception as exc:
+            failure = Failure(workspace_id, customer_id, scrubber.text(f"{type(exc).__name__}: {exc}"))
+            report.failures.append(failure)
+            logger.warning("Billing reconciliation: %s; the others go on.", failure.line())
+            continue
         report.reconciled += 1
         report.differences += differences
         if differences:
@@ -74,10 +113,16 @@ async def reconcile_billing(resources: Resources, *, every: bool = False, dry_ru
                 "Billing reconciliation: workspace %s (customer %s) differed from Stripe in %s%s.",
                 workspace_id,
                 customer_id,
-                ", ".join(f"{d.column} ({d.stored!r} -> {d.stripe!r})" for d in differences),
+                ", ".join(f"{d.column} ({_logged(d.stored)} -> {_logged(d.stripe)})" for d in differences),
                 " (dry run: not corrected)" if dry_run else "; corrected",
             )
     logger.info("%s", report.summary())
+    if report.failures:
+        logger.warning(
+            "Billing reconciliation: %d workspaces could not be reconciled (each named above); the next run tries "
+            "them again.",
+            len(report.failures),
+        )
     return report
 
 
