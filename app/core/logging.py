@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import msgspec
@@ -55,7 +56,7 @@ def _dumps(event: dict[str, Any], **_: Any) -> str:
 
 
 def _exception_renderer(fmt: str) -> Any:
-    """Tracebacks become data before the secret filter runs, and never show frame locals.
+    """Tracebacks become data (or text) before the line is rendered and scrubbed, and never show frame locals.
 
     Locals hold the settings (API keys, webhook secrets) and request bodies, and made one
     failing request's line tens of kilobytes (structlog's dict tracebacks and Rich show them).
@@ -65,29 +66,23 @@ def _exception_renderer(fmt: str) -> Any:
     return structlog.processors.ExceptionRenderer()  # the plain text Python itself prints
 
 
-class _SecretFilter:
-    """The last processor before rendering: a configured secret that slipped into a line is removed.
+class _Scrubbed:
+    """The renderer, then the rendered line searched for every configured secret: the last step of each line.
 
-    Only strings are scanned (nested ones in dicts and lists too: the JSON traceback). The line's
-    own strings are searched once, joined: most lines hold no secret and cost just that one search
-    (a few microseconds). The filter is left out of the chain when no secret is configured.
+    Whatever a value is (a string, a container, an exception, any object a renderer
+    prints through its repr or encodes field by field), a secret that slipped into it
+    is removed from the text the line ends up as, in every form a renderer writes it
+    (escaped in a JSON string or a repr). One search of the line with one compiled
+    pattern: a line with no secret (nearly all) costs just that, a few microseconds.
+    Left out of the chain when no secret is configured.
     """
 
-    def __init__(self, scrubber: SecretScrubber) -> None:
+    def __init__(self, render: Any, scrubber: SecretScrubber) -> None:
+        self.render = render
         self.scrubber = scrubber
 
-    def __call__(self, _: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-        strings = []
-        for key, value in event.items():
-            if isinstance(value, str):
-                strings.append(value)
-            elif isinstance(value, dict | list | tuple):
-                event[key] = self.scrubber.deep(value)
-        if self.scrubber.found_in("\n".join(strings)):
-            for key, value in event.items():
-                if isinstance(value, str):
-                    event[key] = self.scrubber.text(value)
-        return event
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> str:
+        return self.scrubber.text(self.render(logger, name, event))
 
 
 def _renderer(fmt: str) -> Any:
@@ -118,15 +113,15 @@ def configure_logging(settings: Settings) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    final: list[Any] = [
-        structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-        _exception_renderer(settings.log_format),
-    ]
-    scrubber = SecretScrubber(settings.secret_values())
-    if scrubber:
-        final.append(_SecretFilter(scrubber))
+    render = _renderer(settings.log_format)
+    scrubber = SecretScrubber(settings.secret_values(), written=True)
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared, processors=[*final, _renderer(settings.log_format)]
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _exception_renderer(settings.log_format),
+            _Scrubbed(render, scrubber) if scrubber else render,
+        ],
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)

@@ -6,6 +6,7 @@ this module only knows how to hide it, so it imports nothing of ours.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -50,15 +51,39 @@ def url_passwords(url: str) -> tuple[str, ...]:
     return (written,) if decoded == written else (written, decoded)
 
 
+def written_forms(secret: str) -> set[str]:
+    """The secret as rendered text may carry it: as it is, inside a ``repr`` and inside a JSON string.
+
+    A JSON string escapes quotes, backslashes and control characters (msgspec's
+    and ``json.dumps``' escapes; the latter's ASCII ones for non-ASCII too), a
+    ``repr`` escapes its own set; an object's repr inside a JSON string carries
+    both. For the usual secrets (letters, digits, ``_`` and ``-``) every form is
+    the secret itself.
+    """
+    forms = {secret}
+    for _ in range(2):
+        forms |= {
+            escaped
+            for form in forms
+            for escaped in (repr(form)[1:-1], json.dumps(form, ensure_ascii=False)[1:-1], json.dumps(form)[1:-1])
+        }
+    return forms
+
+
 class SecretScrubber:
     """Replaces every configured secret inside strings with ``[Filtered]``.
 
     One compiled pattern (longest values first, so a secret holding another is
-    removed whole); with no secret configured it does nothing at all.
+    removed whole); with no secret configured it does nothing at all. With
+    ``written=True`` it also finds each secret as a rendered line writes it
+    (:func:`written_forms`): for text that was already rendered, such as a whole log line.
     """
 
-    def __init__(self, secrets: Iterable[str]) -> None:
-        kept = sorted({value for value in secrets if len(value) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+    def __init__(self, secrets: Iterable[str], *, written: bool = False) -> None:
+        values = {value for value in secrets if len(value) >= MIN_SECRET_LENGTH}
+        if written:
+            values = {form for value in values for form in written_forms(value)}
+        kept = sorted(values, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, kept))) if kept else None
 
     def __bool__(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -184,3 +185,67 @@ def test_log_lines_show_no_frame_locals_and_no_configured_secret(
     if log_format == "json":
         (failure,) = [json.loads(line) for line in output.splitlines() if "Charging failed" in line]
         assert "[Filtered]" in failure["exception"][0]["exc_value"]
+
+
+class _StripeClient:
+    """An object whose repr shows its key, as SDK clients' often do."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"_StripeClient(key={self.key!r})"
+
+
+@dataclass
+class _Call:
+    """A JSON encoder writes every field of a dataclass, the one its repr hides too."""
+
+    url: str
+    password: str = field(repr=False)
+
+
+ODD_DB_PASSWORD = 'pw"with\\quote-é'
+
+
+def _escaped_forms(secret: str) -> set[str]:
+    """How a renderer may write ``secret``: in a repr, in a JSON string, and a repr inside a JSON string."""
+    in_repr = repr(secret)[1:-1]
+    return {
+        secret,
+        in_repr,
+        json.dumps(secret)[1:-1],
+        json.dumps(in_repr)[1:-1],
+        json.dumps(in_repr, ensure_ascii=False)[1:-1],
+    }
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_a_secret_inside_any_value_passed_to_a_line_is_scrubbed(
+    settings_env: dict[str, str], secret_env: dict[str, str], log_format: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only strings: objects printed through their repr, dataclasses encoded field by field, nested ones."""
+    database_url = make_url(secret_env["DATABASE_URL"]).set(password=ODD_DB_PASSWORD)
+    env = {**secret_env, "DATABASE_URL": database_url.render_as_string(hide_password=False)}
+    configure_logging(load_settings({**env, "LOG_FORMAT": log_format}))
+    try:
+        logging.getLogger("tests.secrets").warning(
+            "Calling Stripe",
+            extra={
+                "client": _StripeClient(STRIPE_API_KEY),
+                "call": _Call("https://ops.example", OPS_PASSWORD),
+                "nested": {"clients": [_StripeClient(ODD_DB_PASSWORD)], "pair": (_StripeClient(METRICS_TOKEN),)},
+            },
+        )
+    finally:
+        output = capsys.readouterr().err
+        configure_logging(load_settings(settings_env))
+    (line,) = [line for line in output.splitlines() if "Calling Stripe" in line]
+    for secret in (STRIPE_API_KEY, OPS_PASSWORD, METRICS_TOKEN, ODD_DB_PASSWORD):
+        assert [form for form in _escaped_forms(secret) if form in line] == [], (secret, line)
+    assert "_StripeClient(key=[Filtered])" in line or "_StripeClient(key='[Filtered]')" in line
+    assert line.count("[Filtered]") >= 3  # the console shows the repr, which leaves the password out
+    if log_format == "json":
+        parsed = json.loads(line)  # still one valid JSON object
+        assert parsed["call"] == {"url": "https://ops.example", "password": "[Filtered]"}
+        assert parsed["client"] == "_StripeClient(key='[Filtered]')"
