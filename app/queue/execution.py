@@ -21,7 +21,7 @@ from arq import Retry
 from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
-from app.queue.errors import PermanentError
+from app.queue.errors import PermanentError, RetryLater
 from app.queue.job import CronJob, CronTick, Job, JobContext
 from app.queue.retry import retry_delay
 
@@ -71,7 +71,13 @@ async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *,
             policy = job_cls.retry_policy(context.resources.settings)
             delay = None if final else retry_delay(policy, context.attempt, exc)
             _count(name, "failed" if delay is None else "retry", started)
-            _log_and_report(context, name, exc, started, final=final, delay=delay)
+            if delay is not None and isinstance(exc, RetryLater):
+                # The remote side asked to be called later (a 429): expected, so not a fault to report.
+                logger.warning(
+                    "Job %s deferred on %s: %s; tried again in %.1f s.", name, _describe_tries(context), exc, delay
+                )
+            else:
+                _log_and_report(context, name, exc, started, final=final, delay=delay)
             if delay is None:
                 raise
             raise Retry(defer=delay) from exc

@@ -18,6 +18,8 @@ keepalives, see ``core/db``).
 
 An attempt that raises ``PermanentError`` (or whose stored payload cannot be
 read) sets the event aside at once, with its one alert: retrying cannot help.
+One that raises ``RetryLater`` (the remote side asked to be called later) is
+not a failure: its count is given back, its last error left as it was.
 
 Follow-up jobs the handler staged (``context.queue``) commit with the event;
 once the claiming connection is back in the pool they are relayed to the queue
@@ -37,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, PIPELINE_SECONDS, child
 from app.core.request_context import bound_request_id
 from app.core.resources import Resources
-from app.queue.errors import PermanentError, QueueUnavailableError
+from app.queue.errors import PermanentError, QueueUnavailableError, RetryLater
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.handlers import WebhookContext, find_handler
 from app.webhooks.inbox import Inbox
@@ -102,6 +104,10 @@ class _Attempt:
         except asyncio.CancelledError:
             await self._record_failure(_CANCELLED, permanent=False)
             raise
+        except RetryLater:
+            # Not a failure (a 429's Retry-After, the Stripe budget saturated): the attempt is given back.
+            await self._bookkeeping(Inbox.uncount(self.driver, self.row_id, unlock=self.locked), unlocks=self.locked)
+            raise
         except Exception as exc:
             await self._record_failure(describe_error(exc), permanent=isinstance(exc, PermanentError))
             raise
@@ -146,12 +152,12 @@ class _Attempt:
             )
 
     async def _record_failure(self, error: str, *, permanent: bool) -> None:
-        child(ATTEMPTS_FAILED, self.provider).inc()
         """After the handler's rollback: keep the error (or set the event aside) and release the lock.
 
         If that fails too, the connection is dropped (taking the lock with it)
         and the handler's error, not this one, goes on to the queue.
         """
+        child(ATTEMPTS_FAILED, self.provider).inc()
         if permanent and self.locked:
             await self._set_aside(error)
         elif self.locked:

@@ -78,21 +78,23 @@ async def test_retry_limit_permanent_error_and_one_sentry_error_per_failed_try(
     await queue.add(RecordJob, RecordData(key="always", fail_times=99), retry_limit=2, deduplication_id="always")
     await queue.add(RecordJob, RecordData(key="once", fail_times=1), retry_limit=3, deduplication_id="once")
     await queue.add(RecordJob, RecordData(key="perm", permanent=True), retry_limit=5, deduplication_id="perm")
+    later = RecordData(key="later", fail_times=1, retry_later_seconds=0.2)  # a 429: deferred, not a fault
+    await queue.add(RecordJob, later, retry_limit=3, deduplication_id="later")
 
     async def settled() -> bool:
-        states = [await queue.state(key) for key in ("always", "once", "perm")]
-        return states == ["absent"] * 3
+        states = [await queue.state(key) for key in ("always", "once", "perm", "later")]
+        return states == ["absent"] * 4
 
     await wait_for(settled, 20, "the three jobs to finish or fail for good")
     await wait_for(lambda: len(sentry_stub.events) >= 5, 10, "five Sentry events")
 
     starts = {
         key: [e["attempt"] for e in await fetch_events(resources) if e["key"] == key and e["event"] == "start"]
-        for key in ("always", "once", "perm")
+        for key in ("always", "once", "perm", "later")
     }
-    assert starts == {"always": [1, 2, 3], "once": [1, 2], "perm": [1]}
+    assert starts == {"always": [1, 2, 3], "once": [1, 2], "perm": [1], "later": [1, 2]}
     ends = [e["key"] for e in await fetch_events(resources) if e["event"] == "end"]
-    assert ends == ["once"]
+    assert sorted(ends) == ["later", "once"]
 
     always = _job_events(sentry_stub, "of always")
     assert sorted(str(e["tags"]["attempt"]) for e in always) == ["1", "2", "3"]
@@ -106,7 +108,11 @@ async def test_retry_limit_permanent_error_and_one_sentry_error_per_failed_try(
     perm = _job_events(sentry_stub, "of perm")
     assert [(str(e["tags"]["attempt"]), e["tags"]["final"]) for e in perm] == [("1", "yes")]
     assert exception_types(perm[0]) == ["PermanentError"]
+    assert _job_events(sentry_stub, "of later") == []
     assert len(sentry_stub.events) == 5
+
+    deferred = [line for line in worker.lines() if "deferred on attempt" in str(line.get("event"))]
+    assert [(line["level"], "of later" in line["event"]) for line in deferred] == [("warning", True)]
 
     failures = [line["event"] for line in worker.lines() if "failed on attempt" in str(line.get("event"))]
     assert any("attempt 3 of 3 (final: no retries left)" in line for line in failures)

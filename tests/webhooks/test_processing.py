@@ -11,6 +11,7 @@ from sqlalchemy import func, select, text
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.settings import Settings
+from app.queue.errors import RetryLater
 from app.queue.models import CronRun, JobOutbox
 from app.runtime import open_resources
 from app.webhooks.handlers import WebhookContext
@@ -106,6 +107,31 @@ async def test_a_later_success_clears_the_last_error(make_resources: Any) -> Non
     await process_event(resources, row_id)
     row = await load(resources, row_id)
     assert row.processed_at is not None and row.last_error is None and row.attempts == 2
+
+
+async def test_an_attempt_asked_to_come_back_later_is_given_back_and_records_no_error(make_resources: Any) -> None:
+    state = {"later": 2}
+
+    async def handler(context: WebhookContext) -> None:
+        if state["later"]:
+            state["later"] -= 1
+            context.session.add(CronRun(name="written-before-the-429", slot=func.now()))
+            await context.session.flush()
+            raise RetryLater("Stripe answered 429", after_seconds=30)
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    for _ in range(2):
+        with pytest.raises(RetryLater):
+            await process_event(resources, row_id)
+        row = await load(resources, row_id)
+        assert (row.attempts, row.last_error, row.processed_at) == (0, None, None)
+    async with resources.db.session() as session:
+        assert await session.scalar(text(_ADVISORY_LOCKS_HELD)) == 0
+        assert await session.scalar(select(func.count()).select_from(CronRun)) == 0  # the handler's work rolled back
+    await process_event(resources, row_id)
+    row = await load(resources, row_id)
+    assert row.processed_at is not None and (row.attempts, row.last_error) == (1, None)
 
 
 async def test_two_workers_never_process_one_event_at_the_same_time(make_resources: Any) -> None:

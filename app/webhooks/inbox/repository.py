@@ -111,6 +111,14 @@ class Inbox:
             await driver.execute(sql.RECORD_ERROR, row_id, error)
 
     @staticmethod
+    @staticmethod
+    async def uncount(driver: Any, row_id: int, *, unlock: bool) -> None:
+        """Give back the attempt the claim counted: the remote side asked for it to be made later."""
+        if unlock:
+            await driver.execute(sql.UNCOUNT_AND_UNLOCK, row_id, event_lock_key(row_id))
+        else:
+            await driver.execute(sql.UNCOUNT, row_id)
+
     async def set_aside_one(driver: Any, row_id: int, error: str) -> Any:
         """Within the caller's transaction: the row set aside (to alert about before committing), or None."""
         return await driver.fetchrow(sql.SET_ASIDE_ONE, row_id, error)

@@ -76,6 +76,13 @@ WITH recorded AS (UPDATE webhook_event SET last_error = $2 WHERE id = $1 RETURNI
 SELECT pg_advisory_unlock($3), {_LET_GO} FROM (SELECT count(*) FROM recorded) AS done
 """
 RECORD_ERROR = "UPDATE webhook_event SET last_error = $2 WHERE id = $1"
+# An attempt the remote side asked to make later (a 429's Retry-After, a saturated API budget) is not a failure:
+# its count is given back and its last error kept as it was.
+UNCOUNT_AND_UNLOCK = f"""
+WITH uncounted AS (UPDATE webhook_event SET attempts = greatest(attempts - 1, 0) WHERE id = $1 RETURNING id)
+SELECT pg_advisory_unlock($2), {_LET_GO} FROM (SELECT count(*) FROM uncounted) AS done
+"""
+UNCOUNT = "UPDATE webhook_event SET attempts = greatest(attempts - 1, 0) WHERE id = $1"
 SET_ASIDE_ONE = """
 UPDATE webhook_event SET abandoned_at = now(), last_error = $2
 WHERE id = $1 AND coalesce(processed_at, abandoned_at) IS NULL
