@@ -15,7 +15,7 @@ WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
 # Root installs Debian packages itself; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install system-deps browser prometheus dev api worker test screenshots lint format migrate \
+.PHONY: install system-deps browser prometheus wrk dev api worker test screenshots lint format migrate \
 	retry-abandoned cli send-test-webhook bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -36,6 +36,10 @@ browser:  ## Debian's chromium, the browser the operations page is tested in (in
 prometheus:  ## Debian's prometheus and promtool, for the metrics and alert-rule tests (installed when missing)
 	@command -v promtool >/dev/null || { echo "Installing Debian's prometheus (the metrics tests use it)..."; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
+
+wrk:  ## Debian's wrk, the load generator of make bench's intake phases (installed when missing)
+	@command -v wrk >/dev/null || { echo "Installing Debian's wrk (make bench's load generator)..."; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
 
 system-deps: browser prometheus
 
@@ -80,7 +84,7 @@ cli: install  ## any Litestar CLI command against the dev services, e.g. make cl
 send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API
 	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) --url http://$(HOST):$(PORT)
 
-bench: install
+bench: install wrk
 	@$(BIN)/python -m bench $(BENCH_ARGS)
 
 soak: install  ## the soak and chaos run (bench/soak/README.md): EVENTS=N deliveries, default 10,000
