@@ -3,15 +3,42 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Response, get
 from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Example
 from sqlalchemy import text
 
 from app.core.resources import Resources
 
 READY_TIMEOUT_SECONDS = 1.0
+
+
+@dataclass
+class Readiness:
+    """Each dependency's check: ``ok``, or ``error: `` and what failed."""
+
+    postgres: str
+    redis: str
+
+
+_READY_RESPONSES = {
+    200: ResponseSpec(
+        data_container=Readiness,
+        generate_examples=False,
+        description="Postgres and Redis both answered within 1 s.",
+        examples=[Example(summary="ready", value={"postgres": "ok", "redis": "ok"})],
+    ),
+    503: ResponseSpec(
+        data_container=Readiness,
+        generate_examples=False,
+        description="Postgres or Redis did not answer within 1 s: each is named with ok or its error.",
+        examples=[Example(summary="Redis down", value={"postgres": "ok", "redis": "error: connection refused"})],
+    ),
+}
 
 
 async def _check(probe: Any) -> str:
@@ -45,7 +72,7 @@ class HealthController(Controller):
         """200 while the process runs; checks no dependency."""
         return {"status": "ok"}
 
-    @get("/ready", cache=False)
+    @get("/ready", cache=False, responses=_READY_RESPONSES)
     async def ready(self, state: State) -> Response[dict[str, str]]:
         """200 when Postgres and Redis answer within 1 s, else 503 naming what failed."""
         resources: Resources = state.resources

@@ -298,6 +298,16 @@ async def test_the_openapi_document_describes_the_webhook_routes(client: Any) ->
     assert set(stripe["responses"]) == {"200", "400", "408", "413", "429", "503"}
     clerk = paths["/webhooks/clerk"]["post"]
     assert {p["name"] for p in clerk["parameters"]} == {"svix-id", "svix-timestamp", "svix-signature"}
+    ready = paths["/ready"]["get"]["responses"]
+    assert set(ready) == {"200", "503"}
+    for answer in ready.values():
+        assert answer["description"]
+        schema = answer["content"]["application/json"]["schema"]
+        if "$ref" in schema:
+            schema = response.json()["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+        assert set(schema["properties"]) == {"postgres", "redis"}
+    (example,) = ready["503"]["content"]["application/json"]["examples"].values()
+    assert example["value"]["redis"].startswith("error: ")
 
 
 async def test_a_clerk_delivery_with_oversized_or_non_ascii_svix_headers_gets_400(
