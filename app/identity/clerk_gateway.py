@@ -2,15 +2,17 @@
 
 Reconciliation reads every user, organization and organization membership,
 every page, as plain dicts shaped like the ``data`` of Clerk's webhook events
-(the same objects), so ``clerk_sync`` applies either. ``CLERK_API_BASE``
-points it elsewhere (a stub in tests). No SDK retries: a failed run is retried
-by the job layer, and the next run starts over.
+(the same objects), so ``clerk_sync`` applies either; and reads one object
+again (``user``, ``organization``, ``membership``) to confirm that one missing
+from a listing is really gone. ``CLERK_API_BASE`` points it elsewhere (a stub
+in tests). No SDK retries: a failed run is retried by the job layer, and the
+next run starts over.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from clerk_backend_api import Clerk, models
@@ -21,6 +23,10 @@ from app.queue.errors import error_for_http_status
 
 PAGE_SIZE = 100
 _NO_RETRIES = RetryConfig("off", BackoffStrategy(1, 1, 1.0, 1), False)
+
+
+class _Dumped(Protocol):
+    def model_dump(self) -> dict[str, Any]: ...
 
 
 class ClerkGateway:
@@ -66,6 +72,45 @@ class ClerkGateway:
 
         return self._every("organization memberships", page)
 
+    async def user(self, user_id: str) -> dict[str, Any] | None:
+        """The user as Clerk has it now; None only when Clerk answers 404 (it no longer exists)."""
+        return await self._one(
+            f"user {user_id}", lambda: self._clerk.users.get_async(user_id=user_id, timeout_ms=self.timeout_ms)
+        )
+
+    async def organization(self, organization_id: str) -> dict[str, Any] | None:
+        """The organization as Clerk has it now; None only when Clerk answers 404."""
+        return await self._one(
+            f"organization {organization_id}",
+            lambda: self._clerk.organizations.get_async(organization_id=organization_id, timeout_ms=self.timeout_ms),
+        )
+
+    async def membership(self, membership_id: str, organization_id: str, user_id: str) -> dict[str, Any] | None:
+        """The membership as Clerk has it now; None when its organization answers 404 or does not list it.
+
+        Clerk has no read of one membership by id: this is the organization's
+        memberships of that one user (a single short answer).
+        """
+
+        async def read() -> _Dumped | None:
+            listed = await self._clerk.organization_memberships.list_async(
+                organization_id=organization_id, user_id=[user_id], limit=PAGE_SIZE, timeout_ms=self.timeout_ms
+            )
+            return next((found for found in listed.data if found.id == membership_id), None)
+
+        return await self._one(f"the memberships of user {user_id} in organization {organization_id}", read)
+
+    async def _one(self, what: str, read: Callable[[], Awaitable[_Dumped | None]]) -> dict[str, Any] | None:
+        try:
+            found = await read()
+        except models.ClerkBaseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise self._error(f"reading {what}", exc) from exc
+        except models.NoResponseError as exc:
+            raise ConnectionError(f"Clerk ({self.base_url}) did not answer reading {what}; retried.") from exc
+        return None if found is None else found.model_dump()
+
     async def _every(self, what: str, page: Callable[[int], Awaitable[list[Any]]]) -> AsyncIterator[dict[str, Any]]:
         """Every object, a page at a time by offset, until a page comes back short."""
         offset = 0
@@ -73,8 +118,7 @@ class ClerkGateway:
             try:
                 objects = await page(offset)
             except models.ClerkBaseError as exc:
-                hint = " Check CLERK_SECRET_KEY." if exc.status_code in (401, 403) else ""
-                raise error_for_http_status(exc.status_code, f"Clerk answered listing {what}.{hint}") from exc
+                raise self._error(f"listing {what}", exc) from exc
             except models.NoResponseError as exc:
                 raise ConnectionError(f"Clerk ({self.base_url}) did not answer listing {what}; retried.") from exc
             for obj in objects:
@@ -82,3 +126,8 @@ class ClerkGateway:
             if len(objects) < PAGE_SIZE:
                 return
             offset += PAGE_SIZE
+
+    @staticmethod
+    def _error(doing: str, exc: models.ClerkBaseError) -> Exception:
+        hint = " Check CLERK_SECRET_KEY." if exc.status_code in (401, 403) else ""
+        return error_for_http_status(exc.status_code, f"Clerk answered {doing}.{hint}")

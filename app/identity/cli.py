@@ -1,4 +1,4 @@
-"""``litestar identity reconcile [--full] [--dry-run]``."""
+"""``litestar identity reconcile [--full] [--dry-run]``: the pass ``IdentityReconcileCronJob`` runs, on demand."""
 
 from __future__ import annotations
 
@@ -15,14 +15,22 @@ def identity_group() -> None:
     pass
 
 
-@identity_group.command(name="reconcile", help="List everything from Clerk and apply what the webhooks missed.")
-@click.option("--full", is_flag=True, help="Also soft-delete rows whose Clerk object no longer exists.")
+@identity_group.command(
+    name="reconcile",
+    help="List everything from Clerk and apply what the webhooks missed; soft-delete the rows whose Clerk object "
+    "Clerk confirms is gone (a 404 when read again), as the cron does.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Accepted and ignored: every run is full now (deletions included, each confirmed by Clerk).",
+)
 @click.option("--dry-run", is_flag=True, help="Only count what differs.")
 def reconcile_command(app: Litestar, full: bool, dry_run: bool) -> None:
     if not command_runtime(app).settings.clerk_secret_key:
         raise click.ClickException("CLERK_SECRET_KEY is not set: set the Clerk Backend API key (sk_...) to reconcile.")
 
     async def work(resources: Resources) -> IdentityReport:
-        return await reconcile_identity(resources, full=full, dry_run=dry_run)
+        return await reconcile_identity(resources, dry_run=dry_run)
 
     click.echo(run_with_resources(app, work).summary())

@@ -11,7 +11,12 @@ logger = logging.getLogger(__name__)
 
 
 class IdentityReconcileCronJob(CronJob):
-    """Lists every user, organization and membership from Clerk and applies each as its webhook would be."""
+    """Lists every user, organization and membership from Clerk and applies each as its webhook would be.
+
+    The full pass, as ``identity reconcile`` runs it: rows whose Clerk object is
+    gone (Clerk answers 404 when each is read again) are soft-deleted too, so a
+    deletion missed while the webhook endpoint was down is repaired by one run.
+    """
 
     pattern = FromSetting("identity_reconcile_cron")
     # Every page of every kind: a large instance takes minutes.

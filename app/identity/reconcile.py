@@ -3,8 +3,9 @@
 What a webhook endpoint that was down for a week missed is whole again after
 one run: each object goes through ``clerk_sync`` with the events' ordering
 rules (an object older than what is stored changes nothing; a deleted row stays
-deleted). ``full``: rows whose Clerk object no longer exists are soft-deleted,
-stamped with the run's time (Clerk no longer says when).
+deleted). Rows whose Clerk object no longer exists are soft-deleted, stamped
+with the run's time (Clerk no longer says when), once Clerk confirms it: see
+``reconcile_identity``. The cron and the command run the same pass.
 """
 
 from __future__ import annotations
@@ -63,17 +64,36 @@ def _differs(stored: Version | None, obj: dict[str, Any]) -> bool:
     return updated_at is None or updated_at < clerk_time(obj["updated_at"])
 
 
-async def reconcile_identity(resources: Resources, *, full: bool = False, dry_run: bool = False) -> IdentityReport:
+@dataclass(frozen=True)
+class _Kind:
+    model: ClerkModel
+    listing: Callable[[ClerkGateway], AsyncIterator[dict[str, Any]]]
+    apply: Apply
+
+
+# Users and organizations first: then a membership finds both rows (it creates minimal ones otherwise).
+_KINDS = (
+    _Kind(AppUser, ClerkGateway.users, _user),
+    _Kind(Workspace, ClerkGateway.organizations, _organization),
+    _Kind(WorkspaceMember, ClerkGateway.memberships, _membership),
+)
+
+
+async def reconcile_identity(resources: Resources, *, dry_run: bool = False) -> IdentityReport:
+    """Apply every object Clerk lists; then soft-delete the rows whose object Clerk confirms is gone.
+
+    A row absent from a listing is only a candidate: offset pages shift when
+    Clerk deletes an object while they are read, so an object can be skipped.
+    Each candidate is read again on its own, and deleted only when Clerk
+    answers 404 for it (an object found is applied instead). Nothing is
+    deleted unless every page of every kind was read: a failed page raises
+    before any deletion.
+    """
     report, gateway = IdentityReport(dry_run), ClerkGateway(resources.settings)
     try:
-        # Users and organizations first: then a membership finds both rows (it creates minimal ones otherwise).
-        kinds: list[tuple[ClerkModel, AsyncIterator[dict[str, Any]], Apply]] = [
-            (AppUser, gateway.users(), _user),
-            (Workspace, gateway.organizations(), _organization),
-            (WorkspaceMember, gateway.memberships(), _membership),
-        ]
-        for model, listing, apply in kinds:
-            await _reconcile_kind(resources, model, listing, apply, report, full=full)
+        missing = [await _reconcile_kind(resources, kind, gateway, report) for kind in _KINDS]
+        for kind, (stored, candidates) in zip(_KINDS, missing, strict=True):
+            await _confirm_gone(resources, kind, gateway, stored, candidates, report)
     finally:
         await gateway.close()
     logger.info("%s", report.summary())
@@ -81,29 +101,89 @@ async def reconcile_identity(resources: Resources, *, full: bool = False, dry_ru
 
 
 async def _reconcile_kind(
-    resources: Resources,
-    model: ClerkModel,
-    listing: AsyncIterator[dict[str, Any]],
-    apply: Apply,
-    report: IdentityReport,
-    *,
-    full: bool,
-) -> None:
-    stored, seen, page = await _versions(resources, model), set(), []
-    async for obj in listing:
+    resources: Resources, kind: _Kind, gateway: ClerkGateway, report: IdentityReport
+) -> tuple[dict[str, Version], list[str]]:
+    """Apply every listed object of the kind; return the stored versions and the live rows the listing lacked."""
+    stored, seen, page = await _versions(resources, kind.model), set(), []
+    async for obj in kind.listing(gateway):
         seen.add(str(obj["id"]))
         report.reconciled += 1
         report.differed += _differs(stored.get(str(obj["id"])), obj)
         page.append(obj)
         if len(page) == 100:
-            await _apply_page(resources, apply, page, report)
+            await _apply_page(resources, kind.apply, page, report)
             page = []
-    await _apply_page(resources, apply, page, report)
-    if full:
-        gone = [key for key, (_, deleted_at) in stored.items() if deleted_at is None and key not in seen]
-        report.differed += len(gone)
-        if gone and not report.dry_run:
-            await _delete_gone(resources, model, gone)
+    await _apply_page(resources, kind.apply, page, report)
+    return stored, sorted(key for key, (_, deleted_at) in stored.items() if deleted_at is None and key not in seen)
+
+
+async def _confirm_gone(
+    resources: Resources,
+    kind: _Kind,
+    gateway: ClerkGateway,
+    stored: dict[str, Version],
+    candidates: list[str],
+    report: IdentityReport,
+) -> None:
+    """Each candidate read again: gone (404) is soft-deleted, found is applied, an error leaves it for next run."""
+    gone, found = [], []
+    async for key, current in _read_again(resources, kind.model, gateway, candidates):
+        if isinstance(current, Exception):
+            logger.warning(
+                "Clerk reconciliation: could not confirm that %s %s is gone (%s); kept until a run can.",
+                kind.model.__tablename__,
+                key,
+                current,
+            )
+        elif current is None:
+            gone.append(key)
+        else:  # skipped by a listing whose pages shifted
+            found.append(current)
+            report.reconciled += 1
+            report.differed += _differs(stored.get(key), current)
+    report.differed += len(gone)
+    await _apply_page(resources, kind.apply, found, report)
+    if gone and not report.dry_run:
+        await _delete_gone(resources, kind.model, gone)
+
+
+async def _read_again(
+    resources: Resources, model: ClerkModel, gateway: ClerkGateway, keys: list[str]
+) -> AsyncIterator[tuple[str, dict[str, Any] | Exception | None]]:
+    """Each key's object as Clerk has it now (None: Clerk answered 404), or the error reading it."""
+    if not keys:
+        return
+    read = await _reader(resources, model, gateway, keys)
+    for key in keys:
+        try:
+            yield key, await read(key)
+        except Exception as exc:
+            yield key, exc
+
+
+async def _reader(
+    resources: Resources, model: ClerkModel, gateway: ClerkGateway, keys: list[str]
+) -> Callable[[str], Awaitable[dict[str, Any] | None]]:
+    if model is AppUser:
+        return gateway.user
+    if model is Workspace:
+        return gateway.organization
+    async with resources.db.session() as session:  # a membership is read through its organization and user
+        rows = await session.execute(
+            select(WorkspaceMember.clerk_membership_id, Workspace.clerk_org_id, AppUser.clerk_user_id)
+            .join(Workspace, Workspace.id == WorkspaceMember.workspace_id)
+            .join(AppUser, AppUser.id == WorkspaceMember.user_id)
+            .where(WorkspaceMember.clerk_membership_id.in_(keys))
+        )
+        links = {str(row[0]): (row[1], row[2]) for row in rows}
+
+    async def membership(key: str) -> dict[str, Any] | None:
+        organization, user = links.get(key, (None, None))
+        if organization is None or user is None:
+            raise LookupError("its organization or user has no Clerk id here")
+        return await gateway.membership(key, organization, user)
+
+    return membership
 
 
 async def _apply_page(resources: Resources, apply: Apply, page: list[dict[str, Any]], report: IdentityReport) -> None:
@@ -116,9 +196,12 @@ async def _apply_page(resources: Resources, apply: Apply, page: list[dict[str, A
 
 
 async def _versions(resources: Resources, model: ClerkModel) -> dict[str, Version]:
+    """Each row's Clerk id -> its version; rows with no Clerk id (a workspace made here) are none of Clerk's."""
     key = getattr(model, key_column(model))
     async with resources.db.session() as session:
-        rows = (await session.execute(select(key, model.clerk_updated_at, model.deleted_at))).all()
+        rows = (
+            await session.execute(select(key, model.clerk_updated_at, model.deleted_at).where(key.is_not(None)))
+        ).all()
     return {str(row[0]): (row[1], row[2]) for row in rows}
 
 
@@ -139,4 +222,8 @@ async def _delete_gone(resources: Resources, model: ClerkModel, keys: list[str])
             for workspace_id in sorted(workspaces):
                 await reassign_seats(session, resources.settings, workspace_id)
         await session.commit()
-    logger.warning("Clerk reconciliation: %d %s rows no longer in Clerk, soft-deleted.", len(keys), model.__tablename__)
+    logger.warning(
+        "Clerk reconciliation: %d %s rows no longer in Clerk (each confirmed by a 404), soft-deleted.",
+        len(keys),
+        model.__tablename__,
+    )

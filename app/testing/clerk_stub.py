@@ -2,10 +2,18 @@
 
 It serves what reconciliation reads: ``GET /v1/users`` (a bare array),
 ``GET /v1/organizations`` and ``GET /v1/organization_memberships`` (``{data,
-total_count}``), paged by ``limit`` and ``offset``, oldest first; without
-``Authorization: Bearer sk_...`` it answers 401 as Clerk does. Objects start
-from real-shaped fixtures (``data/clerk_api_objects.json``) with the ids and
-fields a test gives; times are unix milliseconds, ``updated_at`` defaults to now.
+total_count}``), paged by ``limit`` and ``offset``, oldest first; one object
+again: ``GET /v1/users/{id}``, ``GET /v1/organizations/{id}`` and ``GET
+/v1/organizations/{id}/memberships?user_id=...`` (404 in Clerk's error shape
+when the user or organization is not there). Without ``Authorization: Bearer
+sk_...`` it answers 401 as Clerk does. Objects start from real-shaped fixtures
+(``data/clerk_api_objects.json``) with the ids and fields a test gives; times
+are unix milliseconds, ``updated_at`` defaults to now.
+
+Faults and races: ``fail(path_prefix, status=500, times=1)`` makes the next
+requests under a path answer an error; ``when_listed(kind, offset, action)``
+runs ``action`` once right after the page of ``kind`` at ``offset`` was read
+(e.g. ``remove`` an object while a listing is under way, so the pages shift).
 
 Point the app at it with ``CLERK_API_BASE=clerk_stub.base_url + "/v1"`` and any
 ``CLERK_SECRET_KEY`` starting with ``sk_``. Fixture: ``clerk_stub`` (``app.testing.fixtures``).
@@ -13,8 +21,9 @@ Another process (``python -m app.testing.clerk_stub --port 12112``, which prints
 is driven over HTTP: ``POST /_stub/put_user``, ``/_stub/put_organization`` and
 ``/_stub/put_membership`` with the keyword arguments of those methods
 (``{"id": "user_1", "email": "ada@example.org", "updated_at": 1700000000000}``);
-``POST /_stub/remove`` ``{"kind": "user", "id": "user_1"}``; ``POST /_stub/reset``;
-``GET /_stub/requests``.
+``POST /_stub/remove`` ``{"kind": "user", "id": "user_1"}``; ``POST /_stub/fail``
+``{"path_prefix": "/v1/users", "status": 500, "times": 1}``; ``POST /_stub/clear_faults``;
+``POST /_stub/reset``; ``GET /_stub/requests``.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from typing import Any
 from litestar import Litestar, Request, Response, Router, get, post
 from litestar.exceptions import ClientException
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import JSONBody
+from litestar.params import FromPath, JSONBody
 
 from app.testing.loopback import LoopbackServer
 
@@ -63,6 +72,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _clerk_error(status: int, code: str, message: str, long_message: str) -> Response[Any]:
+    """Clerk's error body (``{"errors": [...]}``): the SDK raises ``ClerkErrors`` from it."""
+    return Response({"errors": [{"message": message, "long_message": long_message, "code": code}]}, status_code=status)
+
+
+def _not_found(what: str) -> Response[Any]:
+    return _clerk_error(404, "resource_not_found", "not found", f"{what} not found")
+
+
 class ClerkStub(LoopbackServer):
     """Thread-safe: tests put objects while the server thread answers."""
 
@@ -73,6 +91,8 @@ class ClerkStub(LoopbackServer):
         self._lock = threading.Lock()
         self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in _KINDS}
         self._requests: deque[tuple[str, str]] = deque(maxlen=_REQUEST_LOG_SIZE)
+        self._faults: list[dict[str, Any]] = []
+        self._listed: list[tuple[str, int, Callable[[], Any]]] = []
 
     # state ---------------------------------------------------------------
     def put_user(
@@ -113,11 +133,31 @@ class ClerkStub(LoopbackServer):
         with self._lock:
             self._objects[kind].pop(id, None)
 
+    def fail(self, path_prefix: str, status: int = 500, times: int | None = 1) -> None:
+        """The next ``times`` requests under ``path_prefix`` (e.g. ``/v1/users``) answer ``status`` (None: until
+        ``clear_faults``)."""
+        with self._lock:
+            self._faults.append({"path_prefix": path_prefix, "status": status, "times": times})
+
+    def when_listed(self, kind: str, offset: int, action: Callable[[], Any]) -> None:
+        """Run ``action`` once, right after the page of ``kind`` starting at ``offset`` was read (not over HTTP)."""
+        if kind not in _KINDS:
+            raise KeyError(f"Unknown Clerk stub kind {kind!r}; use one of {sorted(_KINDS)}")
+        with self._lock:
+            self._listed.append((kind, offset, action))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._listed.clear()
+
     def reset(self) -> None:
         with self._lock:
             for objects in self._objects.values():
                 objects.clear()
             self._requests.clear()
+            self._faults.clear()
+            self._listed.clear()
 
     @property
     def requests(self) -> list[tuple[str, str]]:
@@ -135,7 +175,28 @@ class ClerkStub(LoopbackServer):
         offset = int(request.query_params.get("offset") or 0)
         with self._lock:
             objects = sorted(self._objects[kind].values(), key=lambda obj: (obj["created_at"], obj["id"]))
-            return copy.deepcopy(objects[offset : offset + limit]), len(objects)
+            page = copy.deepcopy(objects[offset : offset + limit])
+            due = [hook for hook in self._listed if hook[:2] == (kind, offset)]
+            self._listed = [hook for hook in self._listed if hook not in due]
+        for _, _, action in due:
+            action()
+        return page, len(objects)
+
+    def _find(self, kind: str, id: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._objects[kind].get(id)
+            return copy.deepcopy(found) if found is not None else None
+
+    def _take_fault(self, path: str) -> int | None:
+        with self._lock:
+            for fault in self._faults:
+                if path.startswith(fault["path_prefix"]):
+                    if fault["times"] is not None:
+                        fault["times"] -= 1
+                        if fault["times"] <= 0:
+                            self._faults.remove(fault)
+                    return int(fault["status"])
+        return None
 
     # serving ---------------------------------------------------------------
     def _build_app(self) -> Litestar:
@@ -153,6 +214,9 @@ class ClerkStub(LoopbackServer):
                     ]
                 }
                 return Response(body, status_code=401)
+            status = self._take_fault(request.url.path)
+            if status is not None:
+                return _clerk_error(status, "internal_clerk_error", "Oops", "Something went wrong (stub fault).")
             return None
 
         @get("/users")
@@ -169,7 +233,31 @@ class ClerkStub(LoopbackServer):
             data, total = self._page("membership", request)
             return {"data": data, "total_count": total}
 
-        api = Router("/v1", route_handlers=[users, organizations, memberships], before_request=gate)
+        @get("/users/{user_id:str}")
+        async def user(user_id: FromPath[str]) -> Any:
+            return self._find("user", user_id) or _not_found(f"user {user_id}")
+
+        @get("/organizations/{organization_id:str}")
+        async def organization(organization_id: FromPath[str]) -> Any:
+            return self._find("organization", organization_id) or _not_found(f"organization {organization_id}")
+
+        @get("/organizations/{organization_id:str}/memberships")
+        async def members(organization_id: FromPath[str], request: Request[Any, Any, Any]) -> Any:
+            """The organization's memberships (of the ``user_id`` values given, if any); 404 for an unknown one."""
+            if self._find("organization", organization_id) is None:
+                return _not_found(f"organization {organization_id}")
+            users = {value for key, value in request.query_params.multi_items() if key in ("user_id", "user_id[]")}
+            with self._lock:
+                data = [
+                    copy.deepcopy(m)
+                    for m in self._objects["membership"].values()
+                    if m["organization"]["id"] == organization_id
+                    and (not users or m["public_user_data"]["user_id"] in users)
+                ]
+            return {"data": data, "total_count": len(data)}
+
+        handlers = [users, organizations, memberships, user, organization, members]
+        api = Router("/v1", route_handlers=handlers, before_request=gate)
         return Litestar(route_handlers=[api, self._control_router()], openapi_config=None)
 
     def _control_router(self) -> Router:
@@ -189,7 +277,7 @@ class ClerkStub(LoopbackServer):
         async def requests() -> dict[str, Any]:
             return {"requests": [list(request) for request in self.requests]}
 
-        names = ("put_user", "put_organization", "put_membership", "remove", "reset")
+        names = ("put_user", "put_organization", "put_membership", "remove", "fail", "clear_faults", "reset")
         return Router("/_stub", route_handlers=[*(command(name, getattr(self, name)) for name in names), requests])
 
 
