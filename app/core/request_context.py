@@ -9,12 +9,14 @@ delivery that stored it (SPEC 13, correlation).
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import re
 import time
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
+from typing import Final, Literal, TypeAlias
 
 import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +29,21 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 def current_request_id() -> str | None:
     """The id of the request (or of the job that a request queued) this code runs for, if any."""
     return REQUEST_ID.get()
+
+
+class _Current(enum.Enum):
+    REQUEST = "the request or job running now"
+
+
+CURRENT_REQUEST: Final = _Current.REQUEST
+"""The default ``request_id`` of a queued job: the id of the request (or job) that queues it."""
+JobRequestId: TypeAlias = str | Literal[_Current.REQUEST] | None
+"""The request a job is queued for: an id, ``None`` (none), or :data:`CURRENT_REQUEST`."""
+
+
+def request_id_for_job(choice: JobRequestId) -> str | None:
+    """The id a job queued with ``choice`` carries: a job that re-queues an inbox event names the event's own."""
+    return current_request_id() if choice is CURRENT_REQUEST else choice
 
 
 _ACCEPTED = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,128}")

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database
 from app.core.module import FeatureModule
+from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.settings import Settings
 
 JobState = Literal["queued", "deferred", "in_progress", "absent"]
@@ -36,8 +37,13 @@ class MessageQueue(Protocol):
         delay: timedelta | None = None,
         deduplication_id: str | None = None,
         session: AsyncSession | None = None,
+        request_id: JobRequestId = CURRENT_REQUEST,
     ) -> str | None:
         """Queue a job; ``None`` when a job with that deduplication id waits, runs or retries.
+
+        ``request_id``: the request the job is for, on every line it writes and on its Sentry events; by
+        default the request (or job) that queues it. A job that works for an inbox event queued earlier
+        names the event's own (the delivery's), whoever queues it again.
 
         Never waits more than about a second on an unreachable Redis: raises
         ``QueueUnavailableError`` instead.
@@ -52,8 +58,17 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def add_many(self, job_cls: type[Any], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
+    async def add_many(
+        self,
+        job_cls: type[Any],
+        items: Sequence[tuple[Any, str | None]],
+        *,
+        request_ids: Sequence[str | None] | None = None,
+    ) -> list[str | None]:
         """``add`` for several jobs of one class, given as (data, deduplication id): per job, its id or ``None``.
+
+        ``request_ids``: each job's (as ``add``'s ``request_id``), in the order of ``items``; by default the
+        request (or job) that queues them.
 
         One round trip to Redis instead of one per job (the recovery cron queues pages of events).
         """

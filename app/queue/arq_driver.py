@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.db import Database
 from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
+from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import JobState
 from app.core.settings import Settings
 from app.queue.encoded import EncodedJob, encode_job, job_kwargs, namespaced
@@ -80,9 +81,16 @@ class ArqQueue:
         delay: timedelta | None = None,
         deduplication_id: str | None = None,
         session: AsyncSession | None = None,
+        request_id: JobRequestId = CURRENT_REQUEST,
     ) -> str | None:
         job = encode_job(
-            self.settings, job_cls, data, retry_limit=retry_limit, delay=delay, deduplication_id=deduplication_id
+            self.settings,
+            job_cls,
+            data,
+            retry_limit=retry_limit,
+            delay=delay,
+            deduplication_id=deduplication_id,
+            request_id=request_id,
         )
         if session is not None:
             stage(session, job)
@@ -95,9 +103,19 @@ class ArqQueue:
             raise self._unavailable(job_cls.name(), exc) from exc
         return self._queued_id(job, queued)
 
-    async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
+    async def add_many(
+        self,
+        job_cls: type[Job[Any]],
+        items: Sequence[tuple[Any, str | None]],
+        *,
+        request_ids: Sequence[str | None] | None = None,
+    ) -> list[str | None]:
         """``add`` for several jobs of one class (data, deduplication id) in one pipelined round trip."""
-        jobs = [encode_job(self.settings, job_cls, data, deduplication_id=dedup) for data, dedup in items]
+        ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
+        jobs = [
+            encode_job(self.settings, job_cls, data, deduplication_id=dedup, request_id=request_id)
+            for (data, dedup), request_id in zip(items, ids, strict=True)
+        ]
         return await self.enqueue_encoded(jobs, what=job_cls.name())
 
     async def enqueue_encoded(self, jobs: Sequence[EncodedJob], *, what: str) -> list[str | None]:

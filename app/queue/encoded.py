@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from arq.utils import timestamp_ms, to_ms
 
-from app.core.request_context import current_request_id
+from app.core.request_context import CURRENT_REQUEST, JobRequestId, request_id_for_job
 from app.queue.job import Job
 from app.queue.retry import expires_after_seconds
 
@@ -58,8 +58,12 @@ def encode_job(
     retry_limit: int | None = None,
     delay: timedelta | None = None,
     deduplication_id: str | None = None,
+    request_id: JobRequestId = CURRENT_REQUEST,
 ) -> EncodedJob:
-    """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times."""
+    """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times.
+
+    ``request_id``: the request the job is for (every line it writes carries it); by default the one queuing it.
+    """
     raw = job_cls.encode_data(data)
     policy = job_cls.retry_policy(settings)
     limit = policy.retry_limit if retry_limit is None else retry_limit
@@ -73,7 +77,7 @@ def encode_job(
         run_at_ms=now + (to_ms(delay) or 0),
         expires_after_ms=to_ms(expires_after_seconds(policy, limit, 0.0)),
         enqueued_ms=now,
-        request_id=current_request_id(),
+        request_id=request_id_for_job(request_id),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database
+from app.core.request_context import CURRENT_REQUEST, JobRequestId, bound_request_id
 from app.core.resources import JobState
 from app.core.settings import Settings
 from app.queue.encoded import EncodedJob, encode_job, namespaced
@@ -49,6 +50,7 @@ class SyncQueue:
         delay: timedelta | None = None,
         deduplication_id: str | None = None,
         session: AsyncSession | None = None,
+        request_id: JobRequestId = CURRENT_REQUEST,
     ) -> str | None:
         job = encode_job(
             self.settings,
@@ -57,6 +59,7 @@ class SyncQueue:
             retry_limit=retry_limit,
             delay=delay,
             deduplication_id=deduplication_id,
+            request_id=request_id,
         )
         if session is not None:
             self._classes.setdefault(job.name, job_cls)
@@ -64,8 +67,18 @@ class SyncQueue:
             return job.job_id
         return await self._run(job_cls, job)
 
-    async def add_many(self, job_cls: type[Job[Any]], items: Sequence[tuple[Any, str | None]]) -> list[str | None]:
-        return [await self.add(job_cls, data, deduplication_id=dedup) for data, dedup in items]
+    async def add_many(
+        self,
+        job_cls: type[Job[Any]],
+        items: Sequence[tuple[Any, str | None]],
+        *,
+        request_ids: Sequence[str | None] | None = None,
+    ) -> list[str | None]:
+        ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
+        return [
+            await self.add(job_cls, data, deduplication_id=dedup, request_id=request_id)
+            for (data, dedup), request_id in zip(items, ids, strict=True)
+        ]
 
     async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
         """Run the staged jobs inline and delete their rows; the first failure is raised after all ran."""
@@ -90,7 +103,8 @@ class SyncQueue:
         context = self._context(job.job_id, job.retry_limit, job_cls.queue)
         self._running.add(job.job_id)
         try:
-            await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
+            with bound_request_id(job.request_id):  # as the arq worker binds it
+                await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
         finally:
             self._running.discard(job.job_id)
         return job.job_id

@@ -33,10 +33,6 @@ from app.webhooks.verification import VerifiedEvent
 
 logger = logging.getLogger(__name__)
 
-DELIVERY_GRACE = timedelta(minutes=10)
-"""The cron leaves events younger than this to their delivery, which normally takes seconds."""
-
-
 @dataclass
 class BackfillReport:
     label: str
@@ -113,7 +109,7 @@ async def _store(resources: Resources, inbox: Inbox, provider: str, event: Liste
         return False
     child(EVENTS_BACKFILLED, provider).inc()
     try:
-        await queue_processing(resources.queue, stored.row_id)
+        await queue_processing(resources.queue, stored.row_id, request_id=stored.request_id)
     except Exception as exc:  # stored: the recovery cron queues it
         logger.warning("Backfilled %s event %s but could not queue it (%s).", provider, event.event_id, exc)
     return True

@@ -92,12 +92,12 @@ class WebhookIntake:
         if stored.outcome == "reopened":
             logger.info("Set-aside %s event %s reopened by a redelivery.", name, event.event_id)
         if not stored.processed:
-            await self._queue(stored.row_id, event.event_id)
+            await self._queue(stored.row_id, stored.request_id, event.event_id)
         return IntakeDecision(IntakeOutcome.STORED if stored.outcome == "inserted" else IntakeOutcome.DUPLICATE)
 
-    async def _queue(self, row_id: int, event_id: str) -> None:
-        try:
-            await queue_processing(self.resources.queue, row_id)
+    async def _queue(self, row_id: int, request_id: str | None, event_id: str) -> None:
+        try:  # a redelivery's job carries the stored event's request id, as every other run of it does
+            await queue_processing(self.resources.queue, row_id, request_id=request_id)
         except Exception as exc:  # the row is stored: the recovery cron queues it later
             logger.warning(
                 "Stored %s event %s (row %s) but could not queue it (%s); the recovery cron will retry.",

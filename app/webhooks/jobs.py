@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import MessageQueue
 from app.queue.job import FromSetting, Job
 from app.queue.queues import QueueName
@@ -31,15 +32,24 @@ class ProcessWebhookEventJob(Job[ProcessWebhookEventData]):
         await process_event(self.resources, data.event_row_id)
 
 
-async def queue_processing(queue: MessageQueue, row_id: int) -> bool:
-    """Queue the processing job of one inbox row; False when its job already waits, runs or retries."""
+async def queue_processing(queue: MessageQueue, row_id: int, *, request_id: JobRequestId = CURRENT_REQUEST) -> bool:
+    """Queue the processing job of one inbox row; False when its job already waits, runs or retries.
+
+    ``request_id``: the row's (its delivery's), so that every line of its processing carries it; whoever
+    queues it again (an operator's retry, the recovery cron) passes the stored one.
+    """
     job_id = await queue.add(
-        ProcessWebhookEventJob, ProcessWebhookEventData(event_row_id=row_id), deduplication_id=deduplication_id(row_id)
+        ProcessWebhookEventJob,
+        ProcessWebhookEventData(event_row_id=row_id),
+        deduplication_id=deduplication_id(row_id),
+        request_id=request_id,
     )
     return job_id is not None
 
 
-async def queue_processing_many(queue: MessageQueue, row_ids: Iterable[int]) -> list[bool]:
-    """``queue_processing`` for a page of rows in one round trip (the recovery cron)."""
-    items = [(ProcessWebhookEventData(event_row_id=row_id), deduplication_id(row_id)) for row_id in row_ids]
-    return [job_id is not None for job_id in await queue.add_many(ProcessWebhookEventJob, items)]
+async def queue_processing_many(queue: MessageQueue, rows: Iterable[tuple[int, str | None]]) -> list[bool]:
+    """``queue_processing`` for a page of rows, (row id, its request id), in one round trip (the recovery cron)."""
+    rows = list(rows)
+    items = [(ProcessWebhookEventData(event_row_id=row_id), deduplication_id(row_id)) for row_id, _ in rows]
+    queued = await queue.add_many(ProcessWebhookEventJob, items, request_ids=[request_id for _, request_id in rows])
+    return [job_id is not None for job_id in queued]

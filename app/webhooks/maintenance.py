@@ -35,7 +35,7 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         exhausted = [r["id"] for r in rows if r["attempts"] >= settings.webhook_abandon_after_attempts]
         if exhausted:
             report.set_aside += await _set_aside(inbox, exhausted)
-        due = [row["id"] for row in rows if row["id"] not in exhausted]
+        due = [(row["id"], row["request_id"]) for row in rows if row["id"] not in exhausted]
         queued = await queue_processing_many(resources.queue, due)  # one round trip per page, not one per event
         report.requeued += sum(queued)
         report.already_queued += len(queued) - sum(queued)
@@ -67,9 +67,9 @@ async def delete_old_processed(resources: Resources, now: datetime | None = None
 async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> list[int]:
     """Give set-aside events their attempts back and queue them; returns the reopened row ids."""
     reopened = await Inbox(resources.db).reopen(row_id)
-    for reopened_id in reopened:
+    for reopened_id, request_id in reopened:
         try:
-            await queue_processing(resources.queue, reopened_id)
+            await queue_processing(resources.queue, reopened_id, request_id=request_id)
         except Exception as exc:  # reopened anyway: the recovery cron queues it
             logger.warning("Reopened row %s but could not queue it now (%s).", reopened_id, exc)
-    return reopened
+    return [reopened_id for reopened_id, _ in reopened]

@@ -46,7 +46,7 @@ async def retry(resources: Resources, identifier: str, provider: str | None = No
     if event.abandoned_at is not None:
         await reopen_abandoned(resources, event.id)
         return Outcome(event, f"Reopened and queued {name}.")
-    if await queue_processing(resources.queue, event.id):
+    if await queue_processing(resources.queue, event.id, request_id=event.request_id):
         return Outcome(event, f"Queued {name}.")
     job = deduplication_id(event.id)
     state = await resources.queue.state(job)
@@ -59,7 +59,7 @@ async def replay(resources: Resources, identifier: str, provider: str | None = N
     """Process an event again (after a handler fix): unprocessed, attempts reset, queued."""
     event = await find_one(resources, identifier, provider)
     await Inbox(resources.db).reset_for_replay(event.id)
-    await queue_processing(resources.queue, event.id)
+    await queue_processing(resources.queue, event.id, request_id=event.request_id)
     return Outcome(event, f"Replaying {event.provider} event {event.event_id} (row {event.id}).")
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -10,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, Response, async_playwright
 from sqlalchemy import text
@@ -176,3 +179,38 @@ async def seed_known_events(resources: Resources) -> KnownEvents:
         "clerk": {"pending": 1, "failed": 0, "set_aside": 2, "processed_24h": 0},
     }
     return KnownEvents(counts, failed_row=rows[3].id, set_aside_rows=[rows[5].id, rows[11].id, rows[12].id])
+
+
+_CSRF_FIELD = re.compile(r'name="_csrf" value="([^"]+)"')
+
+
+@dataclass
+class OpsClient:
+    """The operations page without a browser (httpx, its cookies kept): log in, then post its forms."""
+
+    client: httpx.AsyncClient
+
+    async def csrf(self, page: str = "/ops") -> str:
+        found = _CSRF_FIELD.search((await self.client.get(page)).text)
+        assert found is not None, f"no CSRF token on {page}"
+        return found.group(1)
+
+    async def log_in(self, password: str = OPS_PASSWORD) -> httpx.Response:
+        token = await self.csrf()
+        return await self.client.post("/ops/login", data={"_csrf": token, "password": password})
+
+    async def post(
+        self, path: str, form: dict[str, str] | None = None, *, page: str = "/ops", **headers: str
+    ) -> httpx.Response:
+        """Post a form of ``page`` with its token, as its button does (not following the answer's redirect)."""
+        data = {"_csrf": await self.csrf(page), **(form or {})}
+        return await self.client.post(path, data=data, headers=headers)
+
+
+@contextlib.asynccontextmanager
+async def ops_client(base_url: str) -> AsyncIterator[OpsClient]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        ops = OpsClient(client)
+        response = await ops.log_in()
+        assert response.status_code in (200, 303), response.text
+        yield ops

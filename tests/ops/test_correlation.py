@@ -4,18 +4,25 @@ processing carries it, and so does the Sentry event of its failed attempt."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from app.core.resources import Resources
+from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.testing import signed_stripe_delivery, stripe_event, stripe_subscription
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
+from app.webhooks.jobs import deduplication_id
+from app.webhooks.maintenance import recover
 from tests.factories import WorkspaceFactory, persist
-from tests.processes import logged_api_process, wait_for, worker_starter
+from tests.ops.conftest import OPS_PASSWORD, ops_client
+from tests.processes import WorkerProc, logged_api_process, wait_for, worker_starter
 from tests.stubs.sentry_ingest import SentryIngestStub
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
@@ -73,3 +80,79 @@ async def test_the_deliverys_request_id_is_on_every_line_of_its_processing_and_o
     assert any(line["level"] == "error" for line in lines)
     (failure,) = sentry_stub.wait_for(lambda events: len(events) >= 1)
     assert failure["tags"]["request_id"] == REQUEST_ID
+
+
+async def test_an_event_queued_again_by_an_operator_or_the_recovery_cron_keeps_its_deliverys_request_id(
+    settings_env: dict[str, str],
+    stripe_stub: StripeStub,
+    sentry_stub: SentryIngestStub,
+    resources: Resources,
+    webhook_secrets: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """Each round is one try (WEBHOOK_RETRY_LIMIT=0) that fails: the delivery's job, then the job queued by the
+    operations page's Retry (a request with an id of its own), then the one queued by the recovery cron (a
+    process with no request at all). Every line of each job, its start and its failure included, and each
+    failure's Sentry event carry the delivery's request id."""
+    env = {
+        **settings_env,
+        "STRIPE_API_BASE": stripe_stub.base_url,
+        "SENTRY_DSN": sentry_stub.dsn,
+        "LOG_FORMAT": "json",
+        "OPS_PASSWORD": OPS_PASSWORD,
+        "WEBHOOK_RETRY_LIMIT": "0",
+    }
+    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id="cus_corr"))
+    stripe_stub.put_customer("cus_corr")
+    stripe_stub.fail("/v1/customers", status=500, times=None)  # Stripe is down: every try fails
+    delivery = signed_stripe_delivery(
+        stripe_event("customer.subscription.updated", stripe_subscription("cus_corr", id="sub_corr")),
+        webhook_secrets["stripe"],
+    )
+
+    async with worker_starter(env, "--queues", "webhook-queue,billing-queue") as start:
+        worker = await start()
+        with logged_api_process(env, tmp_path / "api.log") as base_url:
+            async with ops_client(base_url) as ops:
+                headers = {**delivery.headers, "X-Request-Id": REQUEST_ID}
+                response = await ops.client.post("/webhooks/stripe", content=delivery.body, headers=headers)
+                assert response.status_code == 200
+                (event,) = await Inbox(resources.db).find(delivery.event_id)
+                await _failed_tries(worker, resources, event.id, 1)
+
+                page = f"/ops/events/{event.id}"
+                retried = await ops.post(f"{page}/retry", page=page, **{"X-Request-Id": "req-ops-retry-9"})
+                assert retried.status_code in (200, 303) and retried.headers["x-request-id"] == "req-ops-retry-9"
+                await _failed_tries(worker, resources, event.id, 2)
+
+        cron = open_resources(load_settings(env), ())  # as a worker's cron tick: no request, one try per job
+        try:
+            report = await recover(cron, now=datetime.now(UTC) + timedelta(hours=1))
+        finally:
+            await cron.close()
+        assert report.requeued == 1
+        await _failed_tries(worker, resources, event.id, 3)
+        lines = _job_lines(worker, event.id)
+
+    assert [line["event"].split(" (")[0] for line in lines if line["event"].startswith("Job ")] == [
+        "Job ProcessWebhookEventJob started",
+        "Job ProcessWebhookEventJob failed on attempt 1 of 1",
+    ] * 3
+    assert {line.get("request_id") for line in lines} == {REQUEST_ID}
+    failures = sentry_stub.wait_for(lambda events: len(events) >= 3)
+    assert [failure["tags"].get("request_id") for failure in failures] == [REQUEST_ID] * 3
+
+
+def _job_lines(worker: WorkerProc, row_id: int) -> list[dict[str, Any]]:
+    return [line for line in worker.lines() if str(line.get("job_id", "")).endswith(f"webhook-event:{row_id}")]
+
+
+async def _failed_tries(worker: WorkerProc, resources: Resources, row_id: int, count: int) -> None:
+    """Until the event's job failed ``count`` times and is gone from the queue (it may be queued again)."""
+
+    async def failed() -> bool:
+        lines = _job_lines(worker, row_id)
+        tried = sum(line["event"].startswith("Job ProcessWebhookEventJob failed") for line in lines) >= count
+        return tried and await resources.queue.state(deduplication_id(row_id)) == "absent"
+
+    await wait_for(failed, 30, f"{count} failed tries of the event's job")

@@ -35,6 +35,7 @@ class StoredEvent:
     row_id: int
     outcome: Outcome
     processed: bool
+    request_id: str | None = None  # the stored row's: its first delivery's, which its processing logs
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Inbox:
             for _ in range(2):
                 row = await connection.fetchrow(sql.STORE, provider, event_id, event_type, payload, request_id)
                 if row is not None:
-                    return StoredEvent(row["id"], row["outcome"], row["processed"])
+                    return StoredEvent(row["id"], row["outcome"], row["processed"], row["request_id"])
                 # A concurrent delivery inserted the row after this statement's snapshot: look again.
         raise RuntimeError(f"Inbox row for {provider} event {event_id} neither inserted nor found")
 
@@ -111,7 +112,6 @@ class Inbox:
             await driver.execute(sql.RECORD_ERROR, row_id, error)
 
     @staticmethod
-    @staticmethod
     async def uncount(driver: Any, row_id: int, *, unlock: bool) -> None:
         """Give back the attempt the claim counted: the remote side asked for it to be made later."""
         if unlock:
@@ -119,6 +119,7 @@ class Inbox:
         else:
             await driver.execute(sql.UNCOUNT, row_id)
 
+    @staticmethod
     async def set_aside_one(driver: Any, row_id: int, error: str) -> Any:
         """Within the caller's transaction: the row set aside (to alert about before committing), or None."""
         return await driver.fetchrow(sql.SET_ASIDE_ONE, row_id, error)
@@ -150,10 +151,10 @@ class Inbox:
             status = await connection.execute(sql.DELETE_PROCESSED_BATCH, processed_before, limit)
         return int(status.split()[-1])
 
-    async def reopen(self, row_id: int | None = None) -> list[int]:
-        """Give set-aside events (or the one) their attempts back; returns the reopened row ids."""
+    async def reopen(self, row_id: int | None = None) -> list[tuple[int, str | None]]:
+        """Give set-aside events (or the one) their attempts back; returns the reopened rows (id, request id)."""
         async with driver_connection(self.db) as connection:
-            return [row["id"] for row in await connection.fetch(sql.REOPEN, row_id)]
+            return [(row["id"], row["request_id"]) for row in await connection.fetch(sql.REOPEN, row_id)]
 
     # Operators ------------------------------------------------------------------------------------------
     async def page(

@@ -22,18 +22,18 @@ WITH inserted AS (
     INSERT INTO webhook_event (provider, event_id, type, payload, request_id)
     VALUES ($1, $2, $3, $4::jsonb, $5)
     ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING id
+    RETURNING id, request_id
 ), reopened AS (
     UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
     WHERE provider = $1 AND event_id = $2 AND num_nonnulls(abandoned_at) = 1 AND processed_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM inserted)
-    RETURNING id
+    RETURNING id, request_id
 )
-SELECT id, 'inserted' AS outcome, false AS processed FROM inserted
+SELECT id, 'inserted' AS outcome, false AS processed, request_id FROM inserted
 UNION ALL
-SELECT id, 'reopened', false FROM reopened
+SELECT id, 'reopened', false, request_id FROM reopened
 UNION ALL
-SELECT id, 'existing', processed_at IS NOT NULL FROM webhook_event
+SELECT id, 'existing', processed_at IS NOT NULL, request_id FROM webhook_event
 WHERE provider = $1 AND event_id = $2
   AND NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM reopened)
 """
@@ -93,7 +93,7 @@ UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
 # --- Crons ---------------------------------------------------------------------------------------------
 # Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
 PENDING_PAGE = """
-SELECT id, provider, event_id, type, attempts, last_error, received_at FROM webhook_event
+SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id FROM webhook_event
 WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
   AND received_at >= $2 AND (received_at > $2 OR id > $3)
 ORDER BY received_at, id
@@ -118,7 +118,7 @@ DELETE FROM webhook_event WHERE id IN (
 REOPEN = """
 UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
 WHERE abandoned_at IS NOT NULL AND processed_at IS NULL AND ($1::bigint IS NULL OR id = $1)
-RETURNING id
+RETURNING id, request_id
 """
 
 # --- Operators (CLI, operations page) --------------------------------------------------------------------
