@@ -102,6 +102,10 @@ class Settings:
     webhook_backfill_lookback_hours: int = field(
         default=72, metadata=env("WEBHOOK_BACKFILL_LOOKBACK_HOURS", kind.whole(1, 720))
     )
+    # An event younger than this may still be on its way: that cron leaves it to its delivery (or the next run).
+    webhook_backfill_grace_seconds: int = field(
+        default=60, metadata=env("WEBHOOK_BACKFILL_GRACE_SECONDS", kind.whole(0, 3600))
+    )
     billing_reconcile_cron: str = field(default="45 4 * * *", metadata=env("BILLING_RECONCILE_CRON", _CRON))
     billing_reconcile_after_hours: int = field(default=24, metadata=env("BILLING_RECONCILE_AFTER_HOURS", kind.whole(0)))
     identity_reconcile_cron: str = field(default="15 5 * * *", metadata=env("IDENTITY_RECONCILE_CRON", _CRON))

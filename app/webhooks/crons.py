@@ -10,7 +10,7 @@ import msgspec
 from app.queue.errors import PermanentError
 from app.queue.job import CronJob, CronTick, FromSetting, Job
 from app.queue.queues import QueueName
-from app.webhooks.backfill import DELIVERY_GRACE, backfill, event_sources
+from app.webhooks.backfill import backfill, event_sources
 from app.webhooks.maintenance import delete_old_processed, recover
 
 logger = logging.getLogger(__name__)
@@ -42,13 +42,17 @@ class WebhookRetentionCronJob(CronJob):
 
 
 class WebhookBackfillCronJob(CronJob):
-    """Stores the events a provider lists but the inbox never received (lost upstream), and alerts once."""
+    """Stores the events a provider lists but the inbox never received (lost upstream), and alerts once.
+
+    It asks for the last WEBHOOK_BACKFILL_LOOKBACK_HOURS, up to WEBHOOK_BACKFILL_GRACE_SECONDS before its tick.
+    """
 
     pattern = FromSetting("webhook_backfill_cron")
 
     async def handle(self, data: CronTick) -> None:
         settings = self.resources.settings
-        until = data.slot - DELIVERY_GRACE  # younger ones are still on their way
+        # Younger events may still be on their way (a delivery takes seconds): the next run looks at them.
+        until = data.slot - timedelta(seconds=settings.webhook_backfill_grace_seconds)
         since = until - timedelta(hours=settings.webhook_backfill_lookback_hours)
         for provider, source in event_sources(self.resources.modules).items():
             if provider == "stripe" and not settings.stripe_enabled:

@@ -12,11 +12,13 @@ import pytest
 
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
+from app.queue.cli import run_cron_now
 from app.runtime import open_resources as open_app_resources
 from app.testing import stripe_event, stripe_subscription
 from app.testing.processes import child_env
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.backfill import backfill, event_sources
+from app.webhooks.crons import WebhookBackfillCronJob
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import deduplication_id
 from tests.billing.conftest import OpenResources
@@ -71,6 +73,36 @@ async def test_backfill_stores_exactly_the_missing_events_once_and_alerts_once(
     (alert,) = [item for item in alerts if "exception" not in item]
     text = alert.get("logentry", {}).get("message") or alert.get("message", "")
     assert "3 Stripe events" in text and str(lost[-1]["id"]) in text  # how many, and the oldest
+
+
+async def test_the_cron_stores_events_past_the_grace_and_alerts_once(
+    billing_env: dict[str, str], stripe_stub: StripeStub, sentry_enabled: SentryIngestStub
+) -> None:
+    """The acceptance's case: events created while the worker was stopped are stored by the next tick (as
+    `crons run WebhookBackfillCronJob` runs it) once older than WEBHOOK_BACKFILL_GRACE_SECONDS (default 60)."""
+    settings = load_settings({**billing_env, "MESSAGE_QUEUE_DRIVER": "arq", "SENTRY_DSN": sentry_enabled.dsn})
+    assert settings.webhook_backfill_grace_seconds == 60
+    init_sentry(settings, "worker")
+    resources = open_app_resources(settings)
+    try:
+        lost = [listed(stripe_stub, "invoice.paid", age) for age in (90, 300)]
+        on_its_way = listed(stripe_stub, "invoice.paid", 5)  # younger than the grace: left to its delivery
+        inbox = Inbox(resources.db)
+
+        await run_cron_now(resources, WebhookBackfillCronJob)
+        await run_cron_now(resources, WebhookBackfillCronJob)  # finds nothing new: no second alert
+
+        assert await inbox.missing("stripe", [str(e["id"]) for e in [*lost, on_its_way]]) == {str(on_its_way["id"])}
+        for event in lost:
+            (row,) = await inbox.find(str(event["id"]), "stripe")
+            assert await resources.queue.state(deduplication_id(row.id)) == "queued"
+    finally:
+        await resources.close()
+    flush_sentry()  # everything sent: a second alert, were there one, would be in
+    alerts = sentry_enabled.wait_for(lambda items: len(items) >= 1)
+    gaps = [item for item in alerts if "exception" not in item and "Webhook gap" in str(item)]
+    assert len(gaps) == 1, alerts
+    assert "2 Stripe events" in str(gaps[0]) and str(lost[-1]["id"]) in str(gaps[0])
 
 
 async def test_backfill_pages_through_every_event_of_every_handled_type(
