@@ -1,9 +1,12 @@
 """Hostile requests, generated from the API's own ``/schema``, against a running API with Sentry on.
 
-Every request is unsigned, signed with a hostile body, or signed and valid;
-every body carries a planted string. The run asserts: no answer is a 5xx;
-the inbox holds exactly the valid signed events; no Sentry item and no log
-line carries a configured secret or the planted string.
+Every request is unsigned, signed with a hostile body, signed and valid, over
+``WEBHOOK_MAX_BODY_BYTES`` (413, whatever else it is), or sent to a second API
+whose providers are switched off (404, whatever the body); every body carries a
+planted string. The run asserts: no answer is a 5xx; the inbox holds exactly
+the valid signed events; Sentry received no event at all (SPEC 12: bad input is
+never one), and no Sentry item and no log line carries a configured secret or
+the planted string.
 
 A few thousand requests in ``make test``; more with
 ``make test PYTEST_ARGS="tests/fuzz --fuzz-examples=10000"``.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +44,7 @@ SECRETS = {
     "METRICS_TOKEN": "fuzz-metrics-token-0004",
 }
 DB_PASSWORD = "fuzzDbPassw0rd"
+MAX_BODY_BYTES = 65536
 
 
 @dataclass
@@ -48,6 +53,8 @@ class Run:
     secrets: dict[str, str]
     routes: dict[str, list[str]]
     client: httpx.Client
+    switched_off: httpx.Client
+    """The API of a second process whose providers are both switched off."""
     expected: set[tuple[str, str]] = field(default_factory=set)
     answers: dict[int, int] = field(default_factory=dict)
     requests: int = 0
@@ -72,20 +79,28 @@ def run(
         "SENTRY_DSN": sentry.dsn,
         "LOG_FORMAT": "json",
         "WEBHOOK_RATE_LIMIT_PER_MINUTE": "1000000",
-        "WEBHOOK_MAX_BODY_BYTES": "65536",
+        "WEBHOOK_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
     }
-    log = tmp_path / "api.log"
-    with logged_api_process(env, log) as base_url, httpx.Client(base_url=base_url, timeout=15) as client:
+    off_env = {**env, "BILLING_PROVIDER": "none", "CLERK_WEBHOOK_SIGNING_SECRET": ""}
+    logs = [tmp_path / "api.log", tmp_path / "api-switched-off.log"]
+    secrets = {**SECRETS, "stripe": webhook_secrets["stripe"], "clerk": webhook_secrets["clerk"]}
+    with ExitStack() as stack:
+        base_url = stack.enter_context(logged_api_process(env, logs[0]))
+        off_url = stack.enter_context(logged_api_process(off_env, logs[1]))
+        client = stack.enter_context(httpx.Client(base_url=base_url, timeout=15))
+        switched_off = stack.enter_context(httpx.Client(base_url=off_url, timeout=15))
         schema = client.get("/schema").json()
         routes = {
             path: [p["name"] for p in op["post"].get("parameters", []) if p["in"] == "header"]
             for path, op in schema["paths"].items()
             if "post" in op
         }
-        secrets = {**SECRETS, "stripe": webhook_secrets["stripe"], "clerk": webhook_secrets["clerk"]}
-        yield Run(base_url, secrets, routes, client)
-    leaked = _leaks(log.read_bytes() + sentry.sent_bytes(), [*secrets.values(), DB_PASSWORD, PLANTED])
+        yield Run(base_url, secrets, routes, client, switched_off)
+    # Both processes have stopped, so whatever their Sentry clients held was sent.
+    sent = sentry.sent_bytes()
+    leaked = _leaks(b"".join(log.read_bytes() for log in logs) + sent, [*secrets.values(), DB_PASSWORD, PLANTED])
     assert not leaked, f"found in the logs or Sentry: {leaked}"
+    assert sentry.events == [], f"Sentry received {len(sentry.events)} event(s): {sent[:2000]!r}"
 
 
 def _leaks(text: bytes, values: list[str]) -> list[str]:
@@ -172,14 +187,25 @@ class Attempt:
     signed: bool
     event_id: str | None = None
     """Clerk's event id (the svix-id) of a signed delivery; Stripe's is in the body."""
+    status: int | None = None
+    """The answer it must get whatever else it is: 413 over the size limit, 404 from the switched-off API."""
+    switched_off: bool = False
+    chunked: bool = False
+    """Sent without Content-Length, so the limit is met while the body streams in."""
+
+
+# The kinds of request, the first three as often as before the last two were added.
+_KINDS = ["unsigned"] * 3 + ["signed-hostile"] * 3 + ["signed-valid"] * 3 + ["too-large", "switched-off"]
 
 
 @st.composite
 def request(draw: st.DrawFn, run: Run) -> Attempt:
     path = draw(st.sampled_from(sorted(run.routes)))
     provider = path.rsplit("/", 1)[-1]
-    kind = draw(st.sampled_from(["unsigned", "signed-hostile", "signed-valid"]))
+    kind = draw(st.sampled_from(_KINDS))
     headers: dict[str, Any] = {"Content-Type": draw(st.sampled_from([b"application/json", b"text/plain", b"x/\xff"]))}
+    if kind in ("too-large", "switched-off"):
+        return draw(_refused_whatever_it_is(path, provider, headers, run, switched_off=kind == "switched-off"))
     if kind == "unsigned":
         headers |= {name: draw(header_value()) for name in run.routes[path] if draw(st.booleans())}
         return Attempt(path, draw(hostile_body()), headers, signed=False)
@@ -200,13 +226,41 @@ def request(draw: st.DrawFn, run: Run) -> Attempt:
     return Attempt(path, body, headers, signed=True, event_id=msg_id)
 
 
+@st.composite
+def _refused_whatever_it_is(
+    draw: st.DrawFn, path: str, provider: str, headers: dict[str, Any], run: Run, *, switched_off: bool
+) -> Attempt:
+    """A body over the size limit (413), or any body to a switched-off provider (404): signed or not, valid
+    or not, it is refused before anything parses it."""
+    body = draw(hostile_body())
+    if switched_off:
+        size = draw(st.sampled_from([0, 0, 0, MAX_BODY_BYTES + 1, 2 * 1024 * 1024]))
+    else:
+        size = draw(st.sampled_from([MAX_BODY_BYTES + 1, MAX_BODY_BYTES + 1000, 4 * MAX_BODY_BYTES, 2 * 1024 * 1024]))
+    if len(body) < size:
+        body += b" " * (size - len(body))
+    if draw(st.booleans()):
+        secret = run.secrets[provider]
+        headers |= _stripe_signed(body, secret, 0) if provider == "stripe" else _clerk_signed(body, secret, "msg_big")
+    chunked = not switched_off and draw(st.booleans())
+    return Attempt(
+        path,
+        body,
+        headers,
+        signed=False,
+        status=404 if switched_off else 413,
+        switched_off=switched_off,
+        chunked=chunked,
+    )
+
+
 HANDLED = {"stripe": ("customer.subscription.",), "clerk": ("user.",)}
 
 
 def _must_store(attempt: Attempt) -> tuple[str, str] | None:
     """The oracle, written apart from the code under test (stdlib json): the inbox key a delivery must create."""
     provider = attempt.path.rsplit("/", 1)[-1]
-    if not attempt.signed:
+    if not attempt.signed or attempt.status is not None:
         return None
     try:
         text = attempt.body.decode("utf-8")
@@ -245,9 +299,16 @@ def _numbers_fit(value: Any) -> bool:
     return True
 
 
+def _chunks(body: bytes, size: int = 16384) -> Iterator[bytes]:
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
 def _send(run: Run, attempt: Attempt) -> int:
+    client = run.switched_off if attempt.switched_off else run.client
+    content = _chunks(attempt.body) if attempt.chunked else attempt.body
     try:
-        response = run.client.post(attempt.path, content=attempt.body, headers=attempt.headers)
+        response = client.post(attempt.path, content=content, headers=attempt.headers)
     except httpx.LocalProtocolError:  # a header the client itself refuses to send: not a request
         return 0
     run.requests += 1
@@ -275,6 +336,8 @@ def test_hostile_requests_get_no_5xx_store_nothing_and_leak_nothing(
         attempt = data.draw(request(run))
         status = _send(run, attempt)
         assert status < 500, (attempt.path, attempt.headers, attempt.body[:200], status)
+        if attempt.status is not None and status:
+            assert status == attempt.status, (attempt.path, attempt.switched_off, len(attempt.body), status)
         key = _must_store(attempt)
         if key is not None:
             assert status == 200, (status, key, attempt.body[:200])
@@ -283,6 +346,7 @@ def test_hostile_requests_get_no_5xx_store_nothing_and_leak_nothing(
     one()
     for path in ("/health", "/ready", "/schema", "/webhooks/nowhere"):
         assert run.client.get(path).status_code < 500
+    assert run.answers.get(413) and run.answers.get(404), run.answers  # both kinds were sent
     import asyncio
 
     stored = asyncio.run(_inbox_keys(settings_env["DATABASE_URL"]))
