@@ -33,6 +33,7 @@ from app.webhooks.verification import VerifiedEvent
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass
 class BackfillReport:
     label: str
