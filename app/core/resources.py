@@ -78,10 +78,12 @@ class MessageQueue(Protocol):
         """Queue committed staged jobs and delete their rows; returns how many rows were relayed.
 
         With ``session``, after its commit: the jobs that session staged (the
-        webhook pipeline does this, so its follow-up jobs start at once).
-        Without: the oldest staged jobs, a batch at a time (every worker's
-        relay loop). Raises ``QueueUnavailableError`` when Redis does not take
-        them; the rows stay for the next round.
+        webhook pipeline does this, so its follow-up jobs start at once). When
+        Redis does not take them it does not raise: they are safe in
+        ``job_outbox``, one warning says so, and a worker queues them once
+        Redis answers (0 relayed). Without: the oldest staged jobs, a batch at
+        a time (every worker's relay loop); raises ``QueueUnavailableError``
+        when Redis does not take them, and the rows stay for the next round.
         """
         ...
 

@@ -7,7 +7,9 @@ transaction it deletes a batch of rows (``FOR UPDATE SKIP LOCKED``: concurrent
 relays take different rows), hands them to the queue, and commits.
 
 - Queueing fails (Redis down): the transaction rolls back, the rows stay for
-  the next round.
+  the next round. The relay of a session's own rows after its commit does not
+  raise for that (the job is safe in the outbox): it logs one warning and a
+  worker's relay queues the rows once Redis answers.
 - The process dies after queueing, before the commit: the rows come back and
   are queued again. Delivery is at least once. The job id, fixed when staged,
   makes the queue drop the copy while the first copy waits, runs or retries; a
@@ -34,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import ReturningDelete
 
 from app.queue.encoded import EncodedJob
+from app.queue.errors import QueueUnavailableError
 from app.queue.models import JobOutbox
 
 if TYPE_CHECKING:
@@ -84,11 +87,29 @@ def committed_row_ids(session: AsyncSession) -> list[int]:
 
 
 async def relay_outbox(db: Database, send: Send, *, session: AsyncSession | None = None) -> int:
-    """Relay the rows ``session`` staged (after its commit), or without a session the oldest rows; how many."""
+    """Relay the rows ``session`` staged (after its commit), or without a session the oldest rows; how many.
+
+    With a session, a queue that is unavailable (``QueueUnavailableError``) is
+    not raised: the committed jobs are safe in ``job_outbox``, so the caller's
+    work is done; one warning says so and a worker's relay queues them once
+    Redis answers (0 relayed). Without, it is raised, so a relay loop can tell
+    a failed round (:class:`OutboxRelayLoop` logs those, throttled).
+    """
     if session is None:
         return await relay(db, send)
     ids = committed_row_ids(session)
-    return await relay(db, send, ids=ids) if ids else 0
+    if not ids:
+        return 0
+    try:
+        return await relay(db, send, ids=ids)
+    except QueueUnavailableError as exc:
+        logger.warning(
+            "%d job(s) staged in a committed transaction wait in job_outbox: %s "
+            "A worker queues them once Redis answers.",
+            len(ids),
+            exc,
+        )
+        return 0
 
 
 async def relay(db: Database, send: Send, *, ids: Sequence[int] | None = None, limit: int = RELAY_BATCH) -> int:

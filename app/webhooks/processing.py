@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, PIPELINE_SECONDS, child
 from app.core.request_context import bound_request_id
 from app.core.resources import Resources
-from app.queue.errors import PermanentError, QueueUnavailableError, RetryLater
+from app.queue.errors import PermanentError, RetryLater
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.handlers import WebhookContext, find_handler
 from app.webhooks.inbox import Inbox
@@ -135,14 +135,7 @@ class _Attempt:
             return
         event, session = self.committed
         try:
-            await self.resources.queue.relay_outbox(session=session)
-        except QueueUnavailableError as exc:
-            logger.warning(
-                "Jobs staged by %s event %s wait in job_outbox: %s A worker queues them once Redis answers.",
-                event.provider,
-                event.event_id,
-                exc,
-            )
+            await self.resources.queue.relay_outbox(session=session)  # an unavailable queue is logged there
         except Exception:
             logger.exception(
                 "Relaying the jobs staged by %s event %s failed (the event stays processed); "

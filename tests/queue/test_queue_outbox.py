@@ -151,6 +151,30 @@ async def test_the_relay_loop_keeps_rows_while_redis_refuses_and_warns_once(
     assert "relayed to the queue again" in caplog.records[-1].getMessage()
 
 
+async def test_relaying_a_committed_transactions_jobs_while_redis_is_down_returns_and_a_worker_queues_them_later(
+    settings_env: dict[str, str], resources: Resources, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job guide's pattern: commit, then ``relay_outbox(session=...)``. Redis down is no error of the caller's:
+    the job is safe in the outbox."""
+    caplog.set_level(logging.WARNING, logger="app.queue.outbox")
+    refused = open_resources(load_settings({**settings_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}), ())
+    try:
+        async with refused.db.session() as session:
+            job_id = await refused.queue.add(RecordJob, RecordData(key="redis-down"), session=session)
+            await session.commit()
+        assert await refused.queue.relay_outbox(session=session) == 0  # returns: no QueueUnavailableError
+    finally:
+        await refused.close()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "1 job(s) staged in a committed transaction wait in job_outbox" in warning
+    assert warning.endswith("A worker queues them once Redis answers.")
+    assert await staged_job_ids(resources) == [job_id]
+
+    assert await OutboxRelayLoop(resources.queue).relay_round() == 1  # a worker's relay, Redis answering
+    assert await staged_job_ids(resources) == []
+    assert await queued_ids(resources) == [str(job_id).encode()]
+
+
 async def test_a_job_staged_by_a_process_killed_right_after_its_commit_is_queued_by_a_worker_within_seconds(
     settings_env: dict[str, str], events_table: Resources, start_worker: Callable[..., Any]
 ) -> None:
