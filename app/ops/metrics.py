@@ -9,7 +9,7 @@ set, a scrape must send ``Authorization: Bearer <token>``.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from litestar import Request, Response, get
@@ -20,13 +20,27 @@ from prometheus_client.metrics_core import Metric
 from app.core.metrics import CONTENT_TYPE, exposition
 from app.core.resources import Resources
 from app.ops.pipeline_state import PipelineState, read_state, worker_crons
+from app.webhooks.providers import PROVIDERS
 
 INBOX_STATES = ("pending", "failed", "set_aside")
+_ENABLED_PROVIDERS = "ops.enabled_providers"
 
 
-def state_metrics(state: PipelineState) -> Iterator[Metric]:
+def enabled_providers(resources: Resources) -> list[str]:
+    """The providers whose webhook route exists (as ``app.webhooks.module`` decides), found once per process."""
+    if _ENABLED_PROVIDERS not in resources.extensions:
+        settings = resources.settings
+        enabled = [provider.name for provider in PROVIDERS if provider.build_verifier(settings) is not None]
+        resources.extensions[_ENABLED_PROVIDERS] = enabled
+    names: list[str] = resources.extensions[_ENABLED_PROVIDERS]
+    return names
+
+
+def state_metrics(state: PipelineState, providers: Iterable[str] = ()) -> Iterator[Metric]:
+    """``providers``: each gets every inbox state's series, 0 when it has no such row (absence is not 0 to a rule)."""
     inbox = GaugeMetricFamily("webhook_inbox_events", "Inbox events by state.", labels=["provider", "state"])
-    for provider, counts in sorted(state.inbox.items()):
+    for provider in sorted({*providers, *state.inbox}):
+        counts = state.inbox.get(provider, {})
         for name in INBOX_STATES:
             inbox.add_metric([provider, name], counts.get(name, 0))
     yield inbox
@@ -64,4 +78,5 @@ async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
         )
     state = await read_state(resources, worker_crons(request.app.state.runtime.worker_modules))
     # Litestar adds the charset itself to a text/* media type.
-    return Response(exposition(state_metrics(state)), media_type=CONTENT_TYPE.removesuffix("; charset=utf-8"))
+    body = exposition(state_metrics(state, enabled_providers(resources)))
+    return Response(body, media_type=CONTENT_TYPE.removesuffix("; charset=utf-8"))

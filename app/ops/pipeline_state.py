@@ -35,14 +35,14 @@ class CronState:
 
 @dataclass
 class PipelineState:
-    inbox: dict[str, dict[str, int]] = field(default_factory=dict)
+    inbox: dict[str, dict[str, int]] = field(default_factory=dict)  # pending, failed, set_aside per provider
     waiting: dict[str, int] = field(default_factory=dict)
     workers: list[str] = field(default_factory=list)
     crons: list[CronState] = field(default_factory=list)
 
 
 async def read_state(resources: Resources, worker_crons: dict[str, type[CronJob]]) -> PipelineState:
-    state = PipelineState(inbox=await Inbox(resources.db).counts())
+    state = PipelineState(inbox=await Inbox(resources.db).unprocessed_counts())
     redis, settings = resources.redis, resources.settings
     for queue in QueueName:
         state.waiting[str(queue)] = int(await redis.zcard(queue_key(settings, queue)))

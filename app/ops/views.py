@@ -37,15 +37,16 @@ async def overview(resources: Resources, worker_modules: Any, providers: list[st
     inbox = Inbox(resources.db)
     state = await read_state(resources, worker_crons(worker_modules))
     latency = await inbox.latency_last_hour()
+    processed = await inbox.processed_last_day()
     refused = await refused_last_hour(resources.redis, resources.settings.redis_namespace, providers)
-    names = sorted({*providers, *state.inbox, *latency})
+    names = sorted({*providers, *state.inbox, *latency, *processed})
     rows = [
         ProviderRow(
             name,
             state.inbox.get(name, {}).get("pending", 0),
             state.inbox.get(name, {}).get("failed", 0),
             state.inbox.get(name, {}).get("set_aside", 0),
-            state.inbox.get(name, {}).get("processed_24h", 0),
+            processed.get(name, 0),
             refused.get(name, 0),
             latency.get(name),
         )

@@ -172,6 +172,21 @@ async def test_the_pipeline_gauges_equal_the_database_at_scrape_time(
     assert not [key for key in found if key[0] == "cron_last_success_timestamp_seconds"]  # no tick has run yet
 
 
+async def test_an_empty_inbox_shows_every_state_of_each_enabled_provider_at_0(settings_env: dict[str, str]) -> None:
+    """Alert rules and dashboards see 0, not an absent series, before the first event (or after the last one)."""
+    without_clerk = {key: value for key, value in settings_env.items() if key != "CLERK_WEBHOOK_SIGNING_SECRET"}
+    for env, providers in ((settings_env, {"stripe", "clerk"}), (without_clerk, {"stripe"})):
+        async with AsyncTestClient(build_app(load_settings(env))) as client:
+            found = samples((await client.get("/metrics")).text)
+        inbox = {key: count for key, count in found.items() if key[0] == "webhook_inbox_events"}
+        expected = {
+            ("webhook_inbox_events", (("provider", provider), ("state", state))): 0.0
+            for provider in providers
+            for state in ("pending", "failed", "set_aside")
+        }
+        assert inbox == expected
+
+
 async def test_each_worker_serves_its_own_metrics_behind_the_token(
     settings_env: dict[str, str], effects_table: Resources
 ) -> None:

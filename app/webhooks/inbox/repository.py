@@ -204,11 +204,26 @@ class Inbox:
             rows = await connection.fetch(sql.LATENCY_LAST_HOUR)
         return {row["provider"]: (int(row["n"]), float(row["p50"]), float(row["p99"])) for row in rows}
 
-    async def counts(self) -> dict[str, dict[str, int]]:
-        """Per provider: events pending, failed, set aside, and processed in the last 24 hours."""
-        async with driver_connection(self.db) as connection:
-            rows = await connection.fetch(sql.COUNTS)
+    async def unprocessed_counts(self) -> dict[str, dict[str, int]]:
+        """Per provider: events pending, failed and set aside (the partial indexes only: each scrape asks)."""
+        async with driver_connection(self.db) as connection, connection.transaction():
+            await connection.execute(sql.NO_TABLE_SCAN)  # the partial indexes, whatever the statistics say
+            rows = await connection.fetch(sql.UNPROCESSED_COUNTS)
         counts: dict[str, dict[str, int]] = {}
         for row in rows:
-            counts.setdefault(row["provider"], {})[row["state"]] = int(row["n"])
+            provider = counts.setdefault(row["provider"], {"pending": 0, "failed": 0, "set_aside": 0})
+            for state in ("pending", "failed", "set_aside"):
+                provider[state] += int(row[state])
+        return counts
+
+    async def processed_last_day(self) -> dict[str, int]:
+        """Per provider: events processed in the last 24 hours (a day of rows: the overview's, not a scrape's)."""
+        async with driver_connection(self.db) as connection:
+            return {row["provider"]: int(row["n"]) for row in await connection.fetch(sql.PROCESSED_LAST_DAY)}
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """Per provider: events pending, failed, set aside, and processed in the last 24 hours."""
+        counts = await self.unprocessed_counts()
+        for provider, processed in (await self.processed_last_day()).items():
+            counts.setdefault(provider, {"pending": 0, "failed": 0, "set_aside": 0})["processed_24h"] = processed
         return counts
