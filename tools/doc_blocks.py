@@ -13,6 +13,7 @@ that copy first, in the order a reader meets them (the example guides first):
 - ```diff file=app/runtime.py: an edit of an existing file. Lines starting
   with ' ' or '-' are the text to find (exactly once), lines with ' ' or '+'
   its replacement; a line starting with ``@@`` begins another such change.
+  A change the tree has already (the reader followed the guide) is kept as it is.
 
 Failures print as ``docs/jobs.md:123: <message>``, 123 being the line in the
 document; the exit status is non-zero if there is any.
@@ -134,15 +135,40 @@ def diff_changes(diff: str) -> list[tuple[list[str], list[str]]]:
 
 
 def apply_diff(text: str, diff: str) -> str:
-    """Each change's lines must occur exactly once, as consecutive whole lines."""
+    """Each change's lines must occur exactly once, as consecutive whole lines; a change already made is kept.
+
+    A change counts as made when its replacement occurs once and its text to
+    find does not, or only inside that replacement (an addition after a context
+    line). The checks copy the reader's tree, and a reader who followed the
+    guides has their edits there, committed or not; no pristine tree to start
+    from exists once they are committed (git's HEAD then has them too), and
+    HEAD is not what `make lint` is asked about, the working tree is.
+    """
     lines = text.splitlines()
     for old, new in diff_changes(diff):
-        starts = [at for at in range(len(lines) - len(old) + 1) if lines[at : at + len(old)] == old]
+        if _made(lines, old, new):
+            continue
+        starts = _occurrences(lines, old)
         if len(starts) != 1 or not old:
             found = "is not in the file (has the code changed?)" if not starts else f"occurs {len(starts)} times"
             raise DocBlockError(f"the text to change {found}: {old[0] if old else '(empty)'!r}")
         lines[starts[0] : starts[0] + len(old)] = new
     return "".join(f"{line}\n" for line in lines)
+
+
+def _occurrences(lines: Sequence[str], wanted: Sequence[str]) -> list[int]:
+    """Where ``wanted`` starts as consecutive whole lines of ``lines``."""
+    if not wanted:
+        return []
+    return [at for at in range(len(lines) - len(wanted) + 1) if lines[at : at + len(wanted)] == wanted]
+
+
+def _made(lines: Sequence[str], old: Sequence[str], new: Sequence[str]) -> bool:
+    found = _occurrences(lines, new)
+    if len(found) != 1:
+        return False
+    start, end = found[0], found[0] + len(new)
+    return all(start <= at and at + len(old) <= end for at in _occurrences(lines, old))
 
 
 def apply_guide(tree: Path, blocks: Iterable[Block]) -> list[tuple[Block, Path]]:
@@ -285,14 +311,14 @@ def lint(tree: Path, origins: Origins, cache_dir: Path) -> list[str]:
     return [*ruff_check(tree, origins), *ruff_format(tree, origins), *mypy(tree, origins, cache_dir)]
 
 
-def check(root: Path, names: Sequence[str]) -> list[str]:
+def check(root: Path, names: Sequence[str], cache_dir: Path | None = None) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="doc-blocks-") as tmp:
         tree = Path(tmp)
         try:
             origins = build_tree(root, tree, names)
         except DocBlockError as exc:
             return [str(exc)]
-        return lint(tree, origins, root / MYPY_CACHE)
+        return lint(tree, origins, cache_dir or root / MYPY_CACHE)
 
 
 def with_prerequisites(names: Sequence[str]) -> list[str]:

@@ -42,3 +42,32 @@ def test_a_diff_replaces_its_text_found_exactly_once() -> None:
         apply_diff(text, "-b = 3\n+b = 30\n")
     with pytest.raises(DocBlockError, match="occurs 2 times"):
         apply_diff("x\nx\n", "-x\n+y\n")
+
+
+TEXT = "CLIENTS = 1\nimport a\nimport c\na = 1\nb = 2\nc = 3\n"
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        " CLIENTS = 1\n+INVOICES = 2\n",
+        " import a\n+import b\n import c\n",
+        " a = 1\n-b = 2\n+b = 20\n",
+        " a = 1\n-b = 2\n",
+        " CLIENTS = 1\n+INVOICES = 2\n@@\n-c = 3\n+c = 30\n",
+    ],
+    ids=["an addition after its context", "an addition between", "a replacement", "a removal", "two changes"],
+)
+def test_a_diff_already_made_is_kept_as_it_is(diff: str) -> None:
+    """A reader who followed a guide has its edits in the tree the checks copy: applying them again changes nothing."""
+    once = apply_diff(TEXT, diff)
+
+    assert once != TEXT
+    assert apply_diff(once, diff) == once
+
+
+def test_a_diff_half_made_gets_its_other_changes() -> None:
+    diff = " CLIENTS = 1\n+INVOICES = 2\n@@\n-c = 3\n+c = 30\n"
+    half = apply_diff(TEXT, " CLIENTS = 1\n+INVOICES = 2\n")
+
+    assert apply_diff(half, diff) == apply_diff(TEXT, diff)

@@ -4,19 +4,27 @@ The copy gets the project's tracked files; then each guide's blocks are taken
 in order, as a reader takes them: a ```python file=PATH block is written, a
 ```diff file=PATH block applied, and each line of a ```bash run block run as
 the Makefile runs it, against a database made for this test. At the end
-every written, edited and generated file must pass ruff and mypy. The copy,
-the database and the test's Redis keys are removed at the end.
+every written, edited and generated file must pass ruff and mypy. The copies,
+the databases and the test's Redis keys are removed at the end.
+
+The project itself may be a tree where a reader followed the guides already
+(their files written, committed or not): the copy leaves out what the guides
+create, and the diff blocks find their edits made (``tools.doc_blocks.apply_diff``).
+The test checks that too: in the copy where it followed the guides, the
+documents' blocks pass `make lint`'s check, and the guides followed once more
+from there make the same files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 
 import asyncpg
@@ -25,7 +33,18 @@ from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
 
 from app.testing.processes import child_env
-from tools.doc_blocks import EXAMPLE_GUIDES, Block, Origins, apply_guide, copy_files, lint, read_blocks, tracked_files
+from tools.doc_blocks import (
+    EXAMPLE_GUIDES,
+    Block,
+    Origins,
+    apply_guide,
+    check,
+    copy_files,
+    documents,
+    lint,
+    read_blocks,
+    tracked_files,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +71,10 @@ def make_command(line: str) -> list[str]:
     raise AssertionError(f"The guide test cannot run {line!r}: use make migrate, make cli ARGS=... or make test.")
 
 
+def is_migration_command(line: str) -> bool:
+    return make_command(line)[len(LITESTAR) :][:1] == ["database"]
+
+
 def run_line(tree: Path, block: Block, line: str, env: Mapping[str, str]) -> None:
     command = make_command(line)
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS)
@@ -61,19 +84,82 @@ def run_line(tree: Path, block: Block, line: str, env: Mapping[str, str]) -> Non
         assert done.stdout.splitlines()[-1] == f"Cron {cli_args[2]} ran.", f"{block.where}: `{line}`:\n{done.stdout}"
 
 
-def follow(tree: Path, guide: str, env: Mapping[str, str], origins: Origins) -> None:
-    """Take the guide's blocks in order, recording in ``origins`` what it wrote and edited."""
+def run_lines(block: Block) -> list[str]:
+    if block.lang != "bash" or "run" not in block.flags:
+        return []
+    return [line for line in block.text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def follow(
+    tree: Path, guide: str, env: Mapping[str, str], origins: Origins, run: Callable[[str], bool] = lambda _: True
+) -> None:
+    """Take the guide's blocks in order (of its commands those ``run`` accepts), recording what it wrote and edited."""
     for block in read_blocks(ROOT, guide):
         if block.lang == "bash" and "run" in block.flags:
-            for line in block.text.splitlines():
-                if line.strip() and not line.lstrip().startswith("#"):
-                    run_line(tree, block, line, env)
+            for line in filter(run, run_lines(block)):
+                run_line(tree, block, line, env)
         else:
             origins.add(apply_guide(tree, [block]), tree)
 
 
 def migrations(tree: Path) -> set[str]:
     return {str(path.relative_to(tree)) for path in (tree / "alembic" / "versions").glob("*.py")}
+
+
+def migration_slug(message: str) -> str:
+    """The part of a revision's file name Alembic makes of its message (``%(slug)s`` in alembic.ini)."""
+    slug = "_".join(re.findall(r"\w+", message)).lower()
+    return slug if len(slug) <= 40 else slug[:40].rsplit("_", 1)[0] + "_"
+
+
+def created_by_guides(root: Path) -> set[str]:
+    """What following the guides in ``root`` created: the files they write and the migrations they generate."""
+    created: set[str] = set()
+    for guide in EXAMPLE_GUIDES:
+        for block in read_blocks(root, guide):
+            if block.is_python and block.file:
+                created.add(block.file)
+            for line in run_lines(block):
+                command = make_command(line)
+                if "make-migrations" in command and "-m" in command:
+                    slug = migration_slug(command[command.index("-m") + 1])
+                    created.update(name for name in migrations(root) if name.endswith(f"_{slug}.py"))
+    return created
+
+
+def start_tree(root: Path, tree: Path) -> None:
+    """The project's files as the guides start from them: ``root``'s, less what following the guides created.
+
+    ``root`` may be a tree where the guides were followed already. Their new
+    files are left out, so that each appears when its block is written, and so
+    is their migration, so that the guides generate it again. Their edits of
+    existing files cannot be taken back: the diff blocks find them made.
+    """
+    created = created_by_guides(root)
+    copy_files(root, [name for name in tracked_files(root) if name not in created], tree)
+
+
+def follow_guides(
+    root: Path, tree: Path, env: Mapping[str, str], run: Callable[[str], bool] = lambda _: True
+) -> Origins:
+    """Follow both guides from ``root`` in ``tree``: what they wrote, edited and generated (one migration)."""
+    start_tree(root, tree)
+    before, origins = migrations(tree), Origins()
+    for guide in EXAMPLE_GUIDES:
+        follow(tree, guide, {**env, "PYTHONPATH": str(tree)}, origins, run)
+    generated = sorted(migrations(tree) - before)
+    assert len(generated) == 1, f"the guides should generate one migration, not {generated}"
+    assert 'op.create_table(\n        "invoice",' in (tree / generated[0]).read_text()
+    origins.others.update(generated)
+    return origins
+
+
+def contents(tree: Path, leave_out: Container[str]) -> dict[str, bytes]:
+    """The tree's files and their bytes, as ``tracked_files`` sees a tree outside git (no hidden ones), no caches."""
+    files = (path for path in tree.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
+    files = (path for path in files if not any(part.startswith(".") for part in path.relative_to(tree).parts))
+    named = {str(path.relative_to(tree)): path for path in files}
+    return {name: path.read_bytes() for name, path in named.items() if name not in leave_out}
 
 
 async def _admin(url: str, statement: str) -> None:
@@ -96,36 +182,37 @@ async def _drop_redis_keys(url: str, namespace: str) -> None:
 
 
 @pytest.fixture
-def guide_env(base_database_url: str, redis_url: str) -> Iterator[dict[str, str]]:
-    """What `make cli` would give the commands, on a database and a Redis prefix of this test only."""
-    name, namespace = f"guide_{uuid.uuid4().hex[:12]}", f"guide{uuid.uuid4().hex[:8]}:"
-    asyncio.run(_admin(base_database_url, f'CREATE DATABASE "{name}"'))
-    url = make_url(base_database_url).set(database=name).render_as_string(hide_password=False)
+def guide_env(base_database_url: str, redis_url: str) -> Iterator[Callable[[], dict[str, str]]]:
+    """Makes what `make cli` would give the commands, each time on a database and a Redis prefix of its own."""
+    made: list[tuple[str, str]] = []
+
+    def make() -> dict[str, str]:
+        name, namespace = f"guide_{uuid.uuid4().hex[:12]}", f"guide{uuid.uuid4().hex[:8]}:"
+        asyncio.run(_admin(base_database_url, f'CREATE DATABASE "{name}"'))
+        made.append((name, namespace))
+        url = make_url(base_database_url).set(database=name).render_as_string(hide_password=False)
+        environment = {"DATABASE_URL": url, "REDIS_URL": redis_url, "REDIS_NAMESPACE": namespace}
+        return child_env({**environment, "TEST_DATABASE_URL": base_database_url, "TEST_REDIS_URL": redis_url})
+
     try:
-        yield child_env(
-            {
-                "DATABASE_URL": url,
-                "REDIS_URL": redis_url,
-                "REDIS_NAMESPACE": namespace,
-                "TEST_DATABASE_URL": base_database_url,
-                "TEST_REDIS_URL": redis_url,
-            }
-        )
+        yield make
     finally:
-        asyncio.run(_admin(base_database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        asyncio.run(_drop_redis_keys(redis_url, namespace))
+        for name, namespace in made:
+            asyncio.run(_admin(base_database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            asyncio.run(_drop_redis_keys(redis_url, namespace))
 
 
-def test_the_models_and_jobs_guides_run_as_written(guide_env: dict[str, str]) -> None:
+def test_the_models_and_jobs_guides_run_as_written(guide_env: Callable[[], dict[str, str]]) -> None:
     with tempfile.TemporaryDirectory(prefix="guides-") as tmp:
-        tree = Path(tmp)
-        copy_files(ROOT, tracked_files(ROOT), tree)
-        before, origins = migrations(tree), Origins()
-        for guide in EXAMPLE_GUIDES:
-            follow(tree, guide, {**guide_env, "PYTHONPATH": str(tree)}, origins)
+        followed = Path(tmp) / "followed"
+        origins = follow_guides(ROOT, followed, guide_env())
+        assert lint(followed, origins, MYPY_CACHE) == []
 
-        generated = sorted(migrations(tree) - before)
-        assert len(generated) == 1, f"the guides should generate one migration, not {generated}"
-        assert 'op.create_table(\n        "invoice",' in (tree / generated[0]).read_text()
-        origins.others.update(generated)
-        assert lint(tree, origins, MYPY_CACHE) == []
+        # And where a reader has followed them (outside git every file of the copy counts as tracked, as if the
+        # reader had committed the guides' files): `make lint` checks the documents' blocks in that tree,
+        assert check(followed, documents(followed), MYPY_CACHE) == []
+        # and the guides, followed again from there, make the same tree. Of their commands only the
+        # migration's run again: with the same files, the tests, the lint and the other commands passed above.
+        again = Path(tmp) / "again"
+        origins_again = follow_guides(followed, again, guide_env(), run=is_migration_command)
+        assert contents(again, origins_again.others) == contents(followed, origins.others)
