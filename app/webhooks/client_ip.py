@@ -80,27 +80,6 @@ def rate_limit_key(client: str) -> str:
     return client
 
 
-def parse_trusted_proxies(value: str) -> list[Network]:
-    """Parse ``TRUSTED_PROXIES``: comma-separated CIDRs or bare addresses.
-
-    Host bits are tolerated (``10.0.0.7/8`` means ``10.0.0.0/8``) because the
-    intent is clear; anything unparsable raises so a typo stops the process at
-    start instead of silently trusting nobody, or everybody.
-    """
-    networks: list[Network] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ValueError(
-                f"{entry!r} is not an IP address or CIDR network; expected e.g. 10.0.0.0/8, 192.0.2.7 or 2001:db8::/32"
-            ) from None
-    return networks
-
-
 @functools.lru_cache(maxsize=4096)
 def _peer(peer: str) -> tuple[Address | None, str]:
     """The parsed socket peer and its text, cached: a provider sends from a few addresses, again and again."""
