@@ -17,9 +17,10 @@ import msgspec
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 
-from app.core.redaction import SecretScrubber
+from app.core.redaction import MIN_SECRET_LENGTH, SecretScrubber
 from app.core.settings import Settings
 
+logger = logging.getLogger(__name__)
 _NOISY = {
     "uvicorn.access": logging.WARNING,
     "httpx": logging.WARNING,
@@ -105,7 +106,10 @@ def _skip_unused_record_fields() -> None:
 
 
 def configure_logging(settings: Settings) -> None:
-    """Idempotent: the API factory, the worker and tests may all call it."""
+    """Idempotent: the API factory, the worker and tests may all call it.
+
+    It warns about each secret too short to be scrubbed (by its variable's name, never its value).
+    """
     shared = _shared_processors()
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
@@ -134,3 +138,10 @@ def configure_logging(settings: Settings) -> None:
     for name in ("uvicorn", "uvicorn.error", "arq"):
         logging.getLogger(name).handlers = []
         logging.getLogger(name).propagate = True
+    for variable in settings.secrets_too_short_to_scrub():
+        logger.warning(
+            "%s holds a secret shorter than %d characters, too short to tell from ordinary text: it is not "
+            "scrubbed from log lines and Sentry events. Set a longer one.",
+            variable,
+            MIN_SECRET_LENGTH,
+        )

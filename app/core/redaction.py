@@ -10,45 +10,56 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_plus
 
 FILTERED = "[Filtered]"
 # Shorter values would match ordinary words and numbers all over the logs.
 MIN_SECRET_LENGTH = 6
 
 
-def _password_span(url: str) -> tuple[int, int] | None:
-    """Where the password of ``scheme://user:password@host...`` is, by plain string search.
+# A password given as a query parameter (``?password=...``), which asyncpg and redis-py both accept.
+_QUERY_PASSWORD = re.compile(r"[?&]password=([^&#]*)", re.IGNORECASE)
+
+
+def _password_spans(url: str) -> list[tuple[int, int]]:
+    """Where the URL's passwords are, by plain string search: the user info's, and any ``password=`` parameter.
 
     No URL parser: the URLs this shows are often the ones that do not parse.
-    The last ``@`` ends the user info, so a password holding an unescaped ``@``
-    or ``/`` is hidden whole (an ``@`` further on hides a little too much).
+    The last ``@`` before the query ends the user info, so a password holding
+    an unescaped ``@`` or ``/`` is hidden whole (an ``@`` further on hides a
+    little too much). The spans are in order and do not overlap.
     """
-    scheme_end = url.find("://")
+    query = [match.span(1) for match in _QUERY_PASSWORD.finditer(url) if match.end(1) > match.start(1)]
+    end = len(url)
+    if query:
+        first = query[0][0] - len("password=") - 1  # its ? or &
+        question = url.rfind("?", 0, first + 1)
+        end = first if question < 0 else question
+    scheme_end = url.find("://", 0, end)
     start = 0 if scheme_end < 0 else scheme_end + 3
-    at = url.rfind("@", start)
+    at = url.rfind("@", start, end)
     colon = url.find(":", start, at) if at >= 0 else -1
-    if colon < 0:
-        return None
-    return colon + 1, at
+    return ([(colon + 1, at)] if colon >= 0 else []) + query
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``: the only form of a URL a message may show."""
-    span = _password_span(url)
-    if span is None:
-        return url
-    return f"{url[: span[0]]}***{url[span[1] :]}"
+    """The URL with its passwords replaced by ``***``: the only form of a URL a message may show."""
+    for start, end in reversed(_password_spans(url)):
+        url = f"{url[:start]}***{url[end:]}"
+    return url
 
 
 def url_passwords(url: str) -> tuple[str, ...]:
-    """The URL's password as written (percent-encoded) and decoded, as either may reach a message."""
-    span = _password_span(url)
-    if span is None or span[0] == span[1]:
-        return ()
-    written = url[span[0] : span[1]]
-    decoded = unquote(written)
-    return (written,) if decoded == written else (written, decoded)
+    """The URL's passwords as written (percent-encoded) and decoded, as any of them may reach a message.
+
+    A query parameter's value is decoded both ways (``+`` kept, or read as a space as a query string's is).
+    """
+    found: dict[str, None] = {}
+    for start, end in _password_spans(url):
+        written = url[start:end]
+        if written:
+            found.update(dict.fromkeys((written, unquote(written), unquote_plus(written))))
+    return tuple(found)
 
 
 def written_forms(secret: str) -> set[str]:

@@ -33,6 +33,20 @@ def text(_: str, raw: str) -> str:
     return raw
 
 
+def password(min_length: int) -> Parser:
+    """A password people may guess at: refused when short, without ever showing it."""
+
+    def parse(name: str, raw: str) -> str:
+        if len(raw) < min_length:
+            raise SettingsError(
+                f"{name} is shorter than {min_length} characters: set a longer one, "
+                "e.g. the output of `openssl rand -base64 24`."
+            )
+        return raw
+
+    return parse
+
+
 def choice(*allowed: str, upper: bool = False) -> Parser:
     def parse(name: str, raw: str) -> str:
         value = raw.lower()

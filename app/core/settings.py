@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from app.core import setting_types as kind
-from app.core.redaction import redact_url, url_passwords
+from app.core.redaction import MIN_SECRET_LENGTH, redact_url, url_passwords
 from app.core.setting_types import Parser, SettingsError
 
 __all__ = ["STRIPE_API_DEFAULT", "Settings", "SettingsError", "get_settings", "load_settings"]
@@ -26,6 +26,7 @@ __all__ = ["STRIPE_API_DEFAULT", "Settings", "SettingsError", "get_settings", "l
 AppEnv = Literal["development", "test", "production"]
 STRIPE_API_DEFAULT = "https://api.stripe.com"
 CLERK_API_DEFAULT = "https://api.clerk.com/v1"
+OPS_PASSWORD_MIN_LENGTH = 12
 HIDDEN = "***"
 Secret = Literal["value", "url"] | None
 
@@ -116,7 +117,9 @@ class Settings:
     worker_max_jobs: int = field(default=20, metadata=env("WORKER_MAX_JOBS", kind.whole(1)))
     worker_metrics_port: int = field(default=9108, metadata=env("WORKER_METRICS_PORT", kind.whole(0, 65535)))
     sentry_dsn: str | None = field(default=None, metadata=env("SENTRY_DSN", kind.sentry_dsn))
-    ops_password: str | None = field(default=None, metadata=env("OPS_PASSWORD", secret="value"))
+    ops_password: str | None = field(
+        default=None, metadata=env("OPS_PASSWORD", kind.password(OPS_PASSWORD_MIN_LENGTH), secret="value")
+    )
     metrics_token: str | None = field(default=None, metadata=env("METRICS_TOKEN", secret="value"))
     # Unset: console in development and test, json in production.
     log_format: Literal["console", "json"] = field(
@@ -147,6 +150,19 @@ class Settings:
             else:
                 found.update(dict.fromkeys(value if isinstance(value, tuple) else (value,)))
         return tuple(found)
+
+    def secrets_too_short_to_scrub(self) -> tuple[str, ...]:
+        """The variables holding a secret shorter than ``MIN_SECRET_LENGTH``, which the scrubbers leave in
+        (it would match ordinary text): start-up warns about each, by name."""
+        names = []
+        for item in fields(self):
+            value, var = getattr(self, item.name), _var(item)
+            if not var.secret or not value:
+                continue
+            values = url_passwords(value) if var.secret == "url" else value if isinstance(value, tuple) else (value,)
+            if any(len(each) < MIN_SECRET_LENGTH for each in values):
+                names.append(var.name)
+        return tuple(names)
 
     @property
     def is_production(self) -> bool:

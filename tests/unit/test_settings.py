@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.logging import configure_logging
 from app.core.redaction import redact_url
 from app.core.settings import SettingsError, load_settings
 
@@ -62,6 +63,7 @@ def test_plain_postgresql_url_gets_the_asyncpg_driver() -> None:
         ({"MESSAGE_QUEUE_DRIVER": "celery"}, "MESSAGE_QUEUE_DRIVER"),
         ({"TRUSTED_PROXIES": "10.0.0.0/8,nope"}, "TRUSTED_PROXIES: 'nope'"),
         ({"SENTRY_DSN": "not-a-dsn"}, "SENTRY_DSN"),
+        ({"OPS_PASSWORD": "eleven-char"}, "OPS_PASSWORD is shorter than 12 characters: set a longer one"),
     ],
 )
 def test_malformed_values_name_the_variable(env: dict[str, str], names: str) -> None:
@@ -136,8 +138,81 @@ def test_the_next_issue_settings_are_plain_optional_strings() -> None:
         None,
         None,
     )
-    settings = load_settings({"CLERK_SECRET_KEY": "sk_x", "OPS_PASSWORD": "pw", "METRICS_TOKEN": "tok"})
-    assert (settings.clerk_secret_key, settings.ops_password, settings.metrics_token) == ("sk_x", "pw", "tok")
+    settings = load_settings({"CLERK_SECRET_KEY": "sk_x", "OPS_PASSWORD": "twelve-chars", "METRICS_TOKEN": "tok"})
+    assert (settings.clerk_secret_key, settings.ops_password, settings.metrics_token) == (
+        "sk_x",
+        "twelve-chars",
+        "tok",
+    )
+
+
+def test_a_short_ops_password_stops_the_start_without_showing_it() -> None:
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings({"OPS_PASSWORD": "hunter2-pw"})
+    assert "hunter2" not in str(excinfo.value)
+    assert "OPS_PASSWORD" in str(excinfo.value)
+
+
+def test_a_password_given_as_a_url_parameter_is_a_secret() -> None:
+    settings = load_settings(
+        {
+            "DATABASE_URL": "postgresql+asyncpg://app@db:5432/app?password=db-query-pass&ssl=require",
+            "REDIS_URL": "redis://redis:6379/0?password=redis%2Bquery+pass",
+        }
+    )
+    assert set(settings.secret_values()) >= {
+        "db-query-pass",
+        "redis%2Bquery+pass",
+        "redis+query+pass",
+        "redis+query pass",
+    }
+    shown = repr(settings)
+    assert "query" not in shown
+    assert "database_url='postgresql+asyncpg://app@db:5432/app?password=***&ssl=require'" in shown
+    assert "redis_url='redis://redis:6379/0?password=***'" in shown
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"DATABASE_URL": "postgresql+asyncpg://u@host:notaport/db?password=hunter2pw"}, "DATABASE_URL"),
+        ({"REDIS_URL": "localhost:6379/0?password=hunter2pw"}, "REDIS_URL"),
+    ],
+)
+def test_a_url_error_shows_a_query_password_as_stars(env: dict[str, str], name: str) -> None:
+    with pytest.raises(SettingsError) as excinfo:
+        load_settings(env)
+    assert str(excinfo.value).startswith(name)
+    assert "hunter2pw" not in str(excinfo.value)
+    assert "password=***" in str(excinfo.value)
+
+
+def test_secrets_too_short_to_scrub_are_named() -> None:
+    settings = load_settings(
+        {
+            "STRIPE_API_KEY": "sk_1",
+            "METRICS_TOKEN": "long-enough-token",
+            "DATABASE_URL": "postgresql+asyncpg://u:pw@db/app",
+            "REDIS_URL": "redis://redis:6379/0?password=abc",
+        }
+    )
+    assert settings.secrets_too_short_to_scrub() == ("DATABASE_URL", "REDIS_URL", "STRIPE_API_KEY")
+    assert load_settings({"STRIPE_API_KEY": "sk_live_long"}).secrets_too_short_to_scrub() == ()
+
+
+def test_each_secret_too_short_to_scrub_is_warned_about_once_at_start_by_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {"APP_ENV": "test", "STRIPE_API_KEY": "sk_9z", "CLERK_SECRET_KEY": "sk_clerk_long_enough"}
+    configure_logging(load_settings(env))
+    try:
+        output = capsys.readouterr().err
+    finally:
+        configure_logging(load_settings({"APP_ENV": "test"}))
+    warnings = [line for line in output.splitlines() if "too short" in line]
+    assert len(warnings) == 1, output
+    assert "STRIPE_API_KEY" in warnings[0] and "warning" in warnings[0]
+    assert "sk_9z" not in output
 
 
 @pytest.mark.parametrize(
@@ -150,6 +225,10 @@ def test_the_next_issue_settings_are_plain_optional_strings() -> None:
         ("redis://redis:6379/0", "redis://redis:6379/0"),
         ("u:pw@host", "u:***@host"),
         ("not a url", "not a url"),
+        ("postgresql://u@h/db?password=s3cr%40t+x&ssl=1", "postgresql://u@h/db?password=***&ssl=1"),
+        ("redis://h:6379/0?password=p@ss", "redis://h:6379/0?password=***"),
+        ("postgresql://u:pw1@h/db?ssl=1&PASSWORD=pw2#x", "postgresql://u:***@h/db?ssl=1&PASSWORD=***#x"),
+        ("redis://h:6379/0?password=", "redis://h:6379/0?password="),
     ],
 )
 def test_redact_url_hides_the_password_even_of_a_url_that_does_not_parse(url: str, shown: str) -> None:
