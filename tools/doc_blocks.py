@@ -308,6 +308,8 @@ def mypy(tree: Path, origins: Origins, cache_dir: Path) -> list[str]:
 
 
 def lint(tree: Path, origins: Origins, cache_dir: Path) -> list[str]:
+    if not origins.files():  # documents without a python block: nothing to check (mypy refuses no files)
+        return []
     return [*ruff_check(tree, origins), *ruff_format(tree, origins), *mypy(tree, origins, cache_dir)]
 
 
@@ -340,7 +342,7 @@ def main(argv: Sequence[str]) -> int:
     if failures:
         print(f"doc_blocks: {len(failures)} failure(s) in the python blocks of {', '.join(names)}.", file=sys.stderr)
         return 1
-    print(f"doc_blocks: every python block of {len(names)} documents passes ruff and mypy.")
+    print(f"doc_blocks: every python block of {', '.join(names)} passes ruff and mypy.")
     return 0
 
 

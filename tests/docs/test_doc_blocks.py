@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tools.doc_blocks import DocBlockError, apply_diff, extract_blocks
+from tools.doc_blocks import DocBlockError, Origins, apply_diff, extract_blocks, lint
 
 GUIDE = """# A guide
 
@@ -71,3 +73,7 @@ def test_a_diff_half_made_gets_its_other_changes() -> None:
     half = apply_diff(TEXT, " CLIENTS = 1\n+INVOICES = 2\n")
 
     assert apply_diff(half, diff) == apply_diff(TEXT, diff)
+
+
+def test_a_document_without_python_blocks_passes(tmp_path: Path) -> None:
+    assert lint(tmp_path, Origins(), tmp_path / "cache") == []
