@@ -15,7 +15,7 @@ from app.core.settings import SettingsError, get_settings
 from app.queue.crons import Clock
 from app.queue.queues import QueueName
 from app.queue.registry import JobRegistry
-from app.runtime import WORKER_MODULES, open_resources
+from app.runtime import WORKER_MODULES, open_resources  # the one import upward: entry points read the composition root
 from app.worker.process import WorkerProcess
 
 
