@@ -7,9 +7,11 @@ import time
 
 from arq import Retry
 
+from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError
+from app.billing.stripe_gateway import stripe_gateway
 from app.core.resources import Resources
 from app.identity.models import Workspace
-from app.queue.errors import PermanentError
+from app.queue.errors import PermanentError, RetryLater
 from app.testing import process_delivery, read_inbox_row, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
 from tests.billing.conftest import (
@@ -147,6 +149,49 @@ async def test_a_stripe_429_is_waited_out_within_the_attempt_not_counted_as_a_fa
     assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
     assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"] * 2
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
+
+
+async def test_a_429_longer_than_an_attempt_may_wait_is_retried_later_without_counting_an_attempt(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    """Retry-After past MAX_WAIT_SECONDS (15 s): the gateway raises RetryLater at once instead of holding the
+    attempt's transaction; the attempt is given back, no error recorded, and the event is processed later."""
+    stripe_stub.put_subscription("cus_linked", quantity=4)
+    stripe_stub.rate_limit("/v1/customers", retry_after=60, times=1)
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+
+    started = time.monotonic()
+    first = await worker_try(worker, delivery, attempt=1)
+    assert time.monotonic() - started < MAX_WAIT_SECONDS  # not waited out within the attempt
+    assert isinstance(first, Retry) and isinstance(first.__cause__, RetryLater)
+    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+    assert row is not None and not row.processed and row.attempts == 0 and row.last_error is None
+
+    assert await worker_try(worker, delivery, attempt=2) is None  # later
+    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+    assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
+    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
+
+
+async def test_a_budget_wait_longer_than_an_attempt_may_wait_is_retried_later_without_counting_an_attempt(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    stripe_stub.put_subscription("cus_linked", quantity=3)
+    budget = stripe_gateway(worker).budget
+    await budget.pause(MAX_WAIT_SECONDS + 30)  # another process was told to wait (a 429): no slot for 45 s
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+
+    first = await worker_try(worker, delivery, attempt=1)
+    assert isinstance(first, Retry) and isinstance(first.__cause__, BudgetExhaustedError)
+    assert stripe_stub.requests == []
+    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+    assert row is not None and not row.processed and row.attempts == 0 and row.last_error is None
+
+    await budget.pause(0.001)  # the pause is over
+    await asyncio.sleep(0.01)
+    assert await worker_try(worker, delivery, attempt=2) is None
+    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+    assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
 
 
 async def test_stripe_404_for_the_customer_is_permanent_and_not_retried(
