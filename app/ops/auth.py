@@ -31,6 +31,7 @@ LOGIN_FAILURES_PER_MINUTE = 10
 SESSION_HOURS = 12
 _CSRF = "csrf"
 _OPERATOR = "operator"
+_FLASH = "flash"
 
 
 def session_config(settings: Settings) -> CookieBackendConfig:
@@ -68,6 +69,21 @@ async def check_csrf(request: Request[Any, Any, Any]) -> dict[str, str]:
     if not expected or not hmac.compare_digest(form.get("_csrf", "").encode(), str(expected).encode()):
         raise PermissionDeniedException(detail="The form's CSRF token is missing or wrong: reload the page and retry.")
     return form
+
+
+def flash(request: Request[Any, Any, Any], message: str) -> None:
+    """A message for the page the answer redirects to (the session is encrypted and signed: it cannot be forged)."""
+    request.set_session({**request.session, _FLASH: message})
+
+
+def take_flash(request: Request[Any, Any, Any]) -> str | None:
+    """The message an action left for this page, shown once (a reload shows the page without it)."""
+    if _FLASH not in request.session:
+        return None
+    session = dict(request.session)
+    message = session.pop(_FLASH)
+    request.set_session(session)
+    return str(message)
 
 
 def log_in(request: Request[Any, Any, Any]) -> None:

@@ -2,9 +2,11 @@
 
 Its routes exist only when ``OPS_PASSWORD`` is set (otherwise ``/ops`` answers
 404). It reads through the inbox repository and acts through the same
-operations as the command line; every action is a POST that answers with the
-page and a message, and writes an info line naming the action, its target and
-the client.
+operations as the command line; every action is a POST that writes an info
+line naming the action, its target and the client, then redirects (303) to the
+page, which shows its message once (post/redirect/get: reloading that page
+does not do the action again). The message travels in the session cookie,
+encrypted and signed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import ResponseHeader
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath
-from litestar.response import Template
+from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 
 from app.core.rate_limit import SlidingWindowRateLimiter
@@ -89,14 +91,21 @@ def _error_page(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     engine = request.app.template_engine
     assert engine is not None
     html = engine.get_template("ops/error.html.j2").render(**_context(request, exc.detail, status=exc.status_code))
-    return Response(html, status_code=exc.status_code, media_type=MediaType.HTML, headers=exc.headers)
+    headers = {header.name: str(header.value) for header in _HEADERS} | dict(exc.headers or {})
+    return Response(html, status_code=exc.status_code, media_type=MediaType.HTML, headers=headers)
 
 
-async def _overview(request: Request[Any, Any, Any], message: str | None = None) -> Template:
+async def _overview(request: Request[Any, Any, Any]) -> Template:
     modules = request.app.state.runtime.worker_modules
     providers = sorted({provider for module in modules for provider in module.webhook_handlers})
     data = await overview(_resources(request), modules, providers)
-    return _page(request, "overview", message, overview=data)
+    return _page(request, "overview", auth.take_flash(request), overview=data)
+
+
+def _done(request: Request[Any, Any, Any], message: str, to: str = "/ops") -> Redirect:
+    """An action's answer: to the page (a GET: reloading it does nothing again), which shows ``message`` once."""
+    auth.flash(request, message)
+    return Redirect(to, status_code=303)
 
 
 def _act(request: Request[Any, Any, Any], action: str, target: str) -> None:
@@ -112,11 +121,11 @@ class OpsController(Controller):
     @get("/", name="ops-home", include_in_schema=False)
     async def home(self, request: Request[Any, Any, Any]) -> Template:
         if not auth.logged_in(request):
-            return _page(request, "login")
+            return _page(request, "login", auth.take_flash(request))
         return await _overview(request)
 
     @post("/login", status_code=200, include_in_schema=False)
-    async def login(self, request: Request[Any, Any, Any]) -> Template:
+    async def login(self, request: Request[Any, Any, Any]) -> Template | Redirect:
         form = await auth.check_csrf(request)
         resources = _resources(request)
         client = auth.client_of(request, resources.settings)
@@ -131,13 +140,13 @@ class OpsController(Controller):
             return _page(request, "login", "Wrong password.", status_code=401)
         auth.log_in(request)
         logger.info("Operations page: a login from %s.", client, extra={"ops_action": "login"})
-        return await _overview(request, "Logged in.")
+        return _done(request, "Logged in.")
 
-    @post("/logout", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def logout(self, request: Request[Any, Any, Any]) -> Template:
+    @post("/logout", guards=[auth.operator_guard], include_in_schema=False)
+    async def logout(self, request: Request[Any, Any, Any]) -> Redirect:
         await auth.check_csrf(request)
         request.clear_session()
-        return _page(request, "login", "Logged out.")
+        return _done(request, "Logged out.")
 
     @get("/events", guards=[auth.operator_guard], include_in_schema=False)
     async def events(self, request: Request[Any, Any, Any]) -> Template:
@@ -150,26 +159,26 @@ class OpsController(Controller):
     async def event(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:
         return await _event_page(request, row_id)
 
-    @post("/events/{row_id:int}/retry", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def retry(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:
+    @post("/events/{row_id:int}/retry", guards=[auth.operator_guard], include_in_schema=False)
+    async def retry(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Redirect:
         await auth.check_csrf(request)
         _act(request, "retry", f"webhook event row {row_id}")
-        return await _event_page(request, row_id, await _operate(operations.retry, request, row_id))
+        return _done(request, await _operate(operations.retry, request, row_id), f"/ops/events/{row_id}")
 
-    @post("/events/{row_id:int}/replay", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def replay(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:
+    @post("/events/{row_id:int}/replay", guards=[auth.operator_guard], include_in_schema=False)
+    async def replay(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Redirect:
         await auth.check_csrf(request)
         _act(request, "replay", f"webhook event row {row_id}")
-        return await _event_page(request, row_id, await _operate(operations.replay, request, row_id))
+        return _done(request, await _operate(operations.replay, request, row_id), f"/ops/events/{row_id}")
 
-    @post("/reopen", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def reopen(self, request: Request[Any, Any, Any]) -> Template:
+    @post("/reopen", guards=[auth.operator_guard], include_in_schema=False)
+    async def reopen(self, request: Request[Any, Any, Any]) -> Redirect:
         await auth.check_csrf(request)
         _act(request, "reopen", "every set-aside webhook event")
-        return await _overview(request, await operations.reopen_all(_resources(request)))
+        return _done(request, await operations.reopen_all(_resources(request)))
 
-    @post("/crons/{name:str}/run", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def run_cron(self, request: Request[Any, Any, Any], name: FromPath[str]) -> Template:
+    @post("/crons/{name:str}/run", guards=[auth.operator_guard], include_in_schema=False)
+    async def run_cron(self, request: Request[Any, Any, Any], name: FromPath[str]) -> Redirect:
         await auth.check_csrf(request)
         cron = JobRegistry.from_modules(request.app.state.runtime.worker_modules).crons.get(name)
         if cron is None:
@@ -179,36 +188,37 @@ class OpsController(Controller):
             cron, CronTick(slot=now), deduplication_id=cron_job_id(name, now, manual=True)
         )
         _act(request, "run cron", name)
-        return await _overview(request, f"Cron {name} queued: a worker runs it now.")
+        return _done(request, f"Cron {name} queued: a worker runs it now.")
 
-    @post("/backfill", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
-    async def backfill(self, request: Request[Any, Any, Any]) -> Template:
+    @post("/backfill", guards=[auth.operator_guard], include_in_schema=False)
+    async def backfill(self, request: Request[Any, Any, Any]) -> Redirect:
         form = await auth.check_csrf(request)
         hours = int(form["hours"]) if form.get("hours", "").isdigit() else 0
         if not 1 <= hours <= 720:
-            return await _overview(request, "Give the hours to look back: a whole number from 1 to 720.")
+            return _done(request, "Give the hours to look back: a whole number from 1 to 720.")
         until = datetime.now(UTC)
         window = BackfillWindow("stripe", until - timedelta(hours=hours), until)
         await _resources(request).queue.add(WebhookBackfillJob, window)
         _act(request, "backfill", f"Stripe events of the last {hours} h")
-        return await _overview(
-            request, f"Backfill of the last {hours} hours of Stripe events queued: a worker runs it."
-        )
+        return _done(request, f"Backfill of the last {hours} hours of Stripe events queued: a worker runs it.")
 
 
 async def _operate(action: Any, request: Request[Any, Any, Any], row_id: int) -> str:
+    """The action's message; an event that does not exist is a 404, as its page would be."""
     try:
         outcome = await action(_resources(request), str(row_id))
     except OperatorError as exc:
+        if await Inbox(_resources(request).db).get(row_id) is None:
+            raise NotFoundException(detail=f"No webhook event with row id {row_id}.") from exc
         return str(exc)
     return str(outcome.message)
 
 
-async def _event_page(request: Request[Any, Any, Any], row_id: int, message: str | None = None) -> Template:
+async def _event_page(request: Request[Any, Any, Any], row_id: int) -> Template:
     event = await Inbox(_resources(request).db).get(row_id)
     if event is None:
         raise NotFoundException(detail=f"No webhook event with row id {row_id}.")
-    return _page(request, "event", message, event=event, payload=pretty_json(event.payload))
+    return _page(request, "event", auth.take_flash(request), event=event, payload=pretty_json(event.payload))
 
 
 def ops_routes(resources: Resources) -> list[Any]:

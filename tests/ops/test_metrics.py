@@ -9,6 +9,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import stripe
 from litestar.testing import AsyncTestClient
@@ -231,3 +232,23 @@ async def test_a_taken_metrics_port_is_one_warning_and_the_worker_runs_on(settin
             warnings = [line for line in worker.lines() if "Worker metrics" in str(line.get("event"))]
     assert len(warnings) == 1 and warnings[0]["level"] == "warning"
     assert f"port {port} is not free" in warnings[0]["event"]
+
+
+def listening_ports(pid: int) -> set[int]:
+    process = psutil.Process(pid)
+    sockets = [conn for each in (process, *process.children(recursive=True)) for conn in each.net_connections("inet")]
+    return {conn.laddr.port for conn in sockets if conn.status == psutil.CONN_LISTEN}
+
+
+async def test_worker_metrics_port_0_serves_no_port(settings_env: dict[str, str]) -> None:
+    port = free_port()
+    async with worker_starter(settings_env, "--queues", "webhook-queue") as start:
+        serving = await start(WORKER_METRICS_PORT=str(port))
+        off = await start(WORKER_METRICS_PORT="0")
+        await wait_for(lambda: port in listening_ports(serving.process.pid), 10, "the first worker's metrics port")
+
+        assert listening_ports(off.process.pid) == set()
+        assert not [line for line in off.lines() if "Worker metrics" in str(line.get("event"))]
+        assert any(
+            f"Worker metrics on http://127.0.0.1:{port}/metrics" in str(line.get("event")) for line in serving.lines()
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -11,8 +12,11 @@ from playwright.async_api import Browser
 from app.core.resources import Resources
 from app.ops.auth import LOGIN_FAILURES_PER_MINUTE
 from app.ops.pipeline_state import read_state
+from app.queue.crons import next_tick
+from app.queue.models import CronRun
 from app.testing import signed_stripe_delivery, stripe_event
 from app.webhooks.inbox import Inbox
+from app.webhooks.jobs import deduplication_id, queue_processing
 from tests.ops.conftest import PHONE, OpsPage, api_log, event_row, open_tab, screenshot, seed_known_events
 from tests.processes import logged_api_process
 
@@ -212,3 +216,119 @@ async def test_on_a_phone_sized_screen_nothing_runs_off_the_side(
     await tab.open("/ops")
     await screenshot(tab.page, "ops-overview-phone.png", tmp_path)
     await tab.context.close()
+
+
+async def test_reloading_the_page_an_action_answered_with_does_not_do_it_again(
+    ops: OpsPage, resources: Resources, tmp_path: Path
+) -> None:
+    async with resources.db.session() as session:
+        row = event_row("stripe", 1, processed_at=datetime.now(UTC), attempts=1)
+        session.add(row)
+        await session.commit()
+    await ops.log_in()
+    await ops.open(f"/ops/events/{row.id}")
+
+    response = await ops.submit("Replay")
+
+    assert response.status == 200 and response.url == f"{ops.base_url}/ops/events/{row.id}"
+    redirect = response.request.redirected_from
+    assert redirect is not None and redirect.method == "POST"  # the POST answered 303, the page is a GET
+    assert await ops.message() == f"Replaying stripe event evt_ops_stripe_1 (row {row.id})."
+    methods: list[str] = []
+    ops.page.on("request", lambda request: methods.append(request.method))
+    reloaded = await ops.page.reload()
+    assert reloaded is not None and reloaded.status == 200
+    assert methods and set(methods) == {"GET"}
+    assert await ops.page.locator(".message").count() == 0  # the message is shown once
+    assert api_log(tmp_path).count(f"Operations page: replay webhook event row {row.id}, asked by") == 1
+
+
+async def test_the_page_allows_no_script_and_nothing_from_another_host(ops: OpsPage, resources: Resources) -> None:
+    known = await seed_known_events(resources)
+    pages = ["/ops"]  # the login form
+    await ops.log_in()
+    pages += ["/ops", "/ops/events?state=failed", f"/ops/events/{known.failed_row}", "/ops/events/999999"]
+
+    for path in pages:
+        response = await ops.open(path)
+        policy = response.headers["content-security-policy"]
+        directives = {part.split()[0]: part.split()[1:] for part in policy.split(";") if part.strip()}
+        assert directives["default-src"] == ["'none'"], path  # so no script-src: no script at all
+        assert not {"script-src", "script-src-elem", "connect-src"} & set(directives), path
+        assert all(source in ("'self'", "'none'") for sources in directives.values() for source in sources), policy
+        assert directives["form-action"] == ["'self'"] and directives["frame-ancestors"] == ["'none'"]
+        assert await ops.page.locator("script").count() == 0, path
+    assert not ops.other_hosts()
+
+
+async def test_without_javascript_an_operator_logs_in_filters_and_retries(
+    browser: Browser, ops_api: str, resources: Resources, tmp_path: Path
+) -> None:
+    known = await seed_known_events(resources)
+    tab = await open_tab(browser, ops_api, java_script_enabled=False)
+    assert await tab.page.evaluate("1 + 1") == 2  # Playwright's own scripts still run; the page's would not
+
+    response = await tab.log_in()
+    assert response.status == 200 and await tab.message() == "Logged in."
+    await tab.open("/ops/events")
+    await tab.page.select_option('select[name="state"]', "failed")
+    await tab.page.fill('input[name="provider"]', "stripe")
+    await tab.submit("Filter")
+    assert tab.page.url.endswith("/ops/events?provider=stripe&state=failed&type=&event_id=")
+    assert sorted(state for _, state in await listed_rows(tab)) == ["failed", "failed"]
+    async with tab.page.expect_navigation():
+        await tab.page.get_by_role("link", name=str(known.failed_row)).click()
+    await tab.submit("Retry")
+
+    assert await tab.message() == f"Queued stripe event evt_ops_stripe_3 (row {known.failed_row})."
+    assert await resources.queue.state(deduplication_id(known.failed_row)) == "queued"
+    assert f"Operations page: retry webhook event row {known.failed_row}, asked by 127.0.0.1." in api_log(tmp_path)
+    await tab.context.close()
+
+
+async def test_the_overview_shows_the_jobs_waiting_per_queue_and_each_crons_last_run_result_and_next_tick(
+    ops: OpsPage, resources: Resources
+) -> None:
+    known = await seed_known_events(resources)
+    for row_id in (known.failed_row, *known.set_aside_rows[:2]):
+        await queue_processing(resources.queue, row_id)
+    now = datetime.now(UTC)
+    ok_slot, failed_slot = now.replace(second=0, microsecond=0) - timedelta(minutes=10), now - timedelta(hours=2)
+    async with resources.db.session() as session:
+        session.add_all(
+            [
+                CronRun(name="WebhookRecoveryCronJob", slot=ok_slot, started_at=ok_slot, finished_at=ok_slot),
+                CronRun(
+                    name="WebhookRetentionCronJob",
+                    slot=failed_slot,
+                    started_at=failed_slot,
+                    finished_at=failed_slot,
+                    error="RuntimeError: disk full",
+                ),
+            ]
+        )
+        await session.commit()
+
+    await ops.log_in()
+
+    queues = {}
+    for row in await ops.page.locator("#queues tbody tr").all():
+        queue = await row.locator('[data-label="Queue"]').inner_text()
+        queues[queue] = await row.locator('[data-label="Jobs waiting"]').inner_text()
+    assert queues["webhook-queue"] == "3" and queues["cron-queue"] == "0"
+    crons = {}
+    for row in await ops.page.locator("#crons tbody tr").all():
+        cells = {
+            label: await row.locator(f'[data-label="{label}"]').inner_text()
+            for label in ("Cron", "Last run", "Result", "Next tick")
+        }
+        crons[cells.pop("Cron")] = cells
+    minute = "%Y-%m-%d %H:%M"
+    assert crons["WebhookRecoveryCronJob"] == {
+        "Last run": ok_slot.strftime(minute),
+        "Result": "ok",
+        "Next tick": next_tick("*/10 * * * *", datetime.now(UTC)).strftime(minute),
+    }
+    assert crons["WebhookRetentionCronJob"]["Result"] == "failed: RuntimeError: disk full"
+    assert crons["WebhookRetentionCronJob"]["Next tick"] == next_tick("30 3 * * *", now).strftime(minute)
+    assert crons["WebhookBackfillCronJob"]["Last run"] == "never"

@@ -87,10 +87,12 @@ async def test_a_failed_event_is_retried_from_its_page_and_processed(
         await tab.submit("Retry")
         assert await tab.message() == f"Queued stripe event {delivery.event_id} (row {event.id})."
         await wait_for(lambda: _processed(resources, event.id), 30, "the retried event to be processed")
-        await tab.page.reload()
+        await tab.page.reload()  # a GET of the event's page: the Retry answered with a redirect to it
         assert await tab.page.locator("#state").inner_text() == "processed"
         assert await tab.page.locator("#last-error").inner_text() == "none"
         assert not tab.other_hosts()
+        retries = f"Operations page: retry webhook event row {event.id}, asked by 127.0.0.1."
+        assert (tmp_path / "api.log").read_text().count(retries) == 1
 
 
 async def _attempts(resources: Resources, row_id: int, at_least: int) -> bool:

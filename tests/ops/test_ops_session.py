@@ -18,9 +18,13 @@ async def test_in_production_the_session_cookie_is_secure_httponly_and_strict(se
         token = re.search(r'name="_csrf" value="([^"]+)"', form.text)
         assert token is not None
 
-        response = await client.post("/ops/login", data={"_csrf": token.group(1), "password": OPS_PASSWORD})
+        response = await client.post(
+            "/ops/login", data={"_csrf": token.group(1), "password": OPS_PASSWORD}, follow_redirects=False
+        )
+        overview = await client.get("/ops")
 
-    assert response.status_code == 200 and "Logged in." in response.text
+    assert response.status_code == 303 and response.headers["location"] == "/ops"
+    assert overview.status_code == 200 and "Logged in." in overview.text
     cookie = response.headers["set-cookie"]
     assert cookie.startswith("ops_session=")
     flags = {flag.strip().lower() for flag in cookie.split(";")[1:]}
