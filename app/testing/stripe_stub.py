@@ -5,11 +5,20 @@ it uses in production; only the server is fake. This module is the server; what
 it serves (objects, scheduled faults, the request log) is ``stripe_stub_state``.
 
 Fixture: ``stripe_stub = pytest.fixture(stripe_stub_fixture, name="stripe_stub")`` in a conftest.
-Another process (``python -m app.testing.stripe_stub --port 12111``) is driven over HTTP:
-``POST /_stub/state`` ``{"kind": "subscription", "args": {"customer_id": "cus_1"}}`` or
-``{"object": {...}}``; ``POST /_stub/remove`` ``{"kind", "id"}``; ``POST /_stub/fail``,
-``/_stub/rate_limit``, ``/_stub/slow`` with the keyword arguments of those methods;
-``POST /_stub/clear_faults``; ``POST /_stub/reset``; ``GET /_stub/requests``.
+Another process (``python -m app.testing.stripe_stub --port 12111``) is driven over HTTP, every
+control endpoint a JSON ``POST`` (``{}`` when it takes nothing) but the last:
+
+- ``/_stub/state``: an object, ``{"kind": "subscription", "args": {"customer_id": "cus_1"}}`` (the
+  ``put_<kind>`` method's keyword arguments) or ``{"object": {...}}`` as it is;
+- ``/_stub/event``: ``{"event": {...}}``, an event ``/v1/events`` lists (``put_event``);
+- ``/_stub/remove``: ``{"kind": "customer", "id": "cus_1"}``;
+- ``/_stub/fail``: ``{"path_prefix": "/v1/customers", "status": 500, "times": 1}``;
+- ``/_stub/rate_limit``: ``{"path_prefix": "/v1/customers", "retry_after": 2, "times": 1}`` (429s);
+- ``/_stub/slow``: ``{"path_prefix": "/v1/customers", "seconds": 0.5, "times": 1}``;
+- ``/_stub/enforce_rate_limit``: ``{"per_second": 25}``, every /v1 request past it in any second
+  answers 429 (``null``: no limit);
+- ``/_stub/clear_faults``: every scheduled fault gone; ``/_stub/reset``: everything gone;
+- ``GET /_stub/requests``: ``{"requests": [[method, path], ...]}``, oldest first.
 """
 
 from __future__ import annotations
