@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.billing.events_api import StripeEventSource
-from app.billing.services import BillingSync, link_checkout, sync_customer, sync_mirror, sync_refunds_of_charge
+from app.billing.mirrors import sync_mirror, sync_refunds_of_charge
+from app.billing.services import BillingSync, link_checkout, sync_customer
 from app.billing.stripe_gateway import stripe_gateway
 from app.identity.seats import set_member_limit
 from app.queue.errors import PermanentError
