@@ -26,7 +26,7 @@ from litestar.static_files import create_static_files_router
 from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.resources import Resources
 from app.ops import auth
-from app.ops.views import EventFilters, ago, duration, events_page, overview, pretty_json
+from app.ops.views import PAGE_SIZE, EventFilters, ago, duration, events_page, overview, pretty_json
 from app.queue.crons import cron_job_id
 from app.queue.job import CronTick
 from app.queue.registry import JobRegistry
@@ -153,7 +153,7 @@ class OpsController(Controller):
         filters = EventFilters.of(dict(request.query_params))
         before = request.query_params.get("before")
         rows = await events_page(_resources(request), filters, int(before) if before and before.isdigit() else None)
-        return _page(request, "events", rows=rows, filters=filters, states=STATES)
+        return _page(request, "events", rows=rows, filters=filters, states=STATES, page_size=PAGE_SIZE)
 
     @get("/events/{row_id:int}", guards=[auth.operator_guard], include_in_schema=False)
     async def event(self, request: Request[Any, Any, Any], row_id: FromPath[int]) -> Template:

@@ -332,3 +332,29 @@ async def test_the_overview_shows_the_jobs_waiting_per_queue_and_each_crons_last
     assert crons["WebhookRetentionCronJob"]["Result"] == "failed: RuntimeError: disk full"
     assert crons["WebhookRetentionCronJob"]["Next tick"] == next_tick("30 3 * * *", now).strftime(minute)
     assert crons["WebhookBackfillCronJob"]["Last run"] == "never"
+
+
+async def test_log_out_sits_on_the_line_of_the_other_links(ops: OpsPage, tmp_path: Path) -> None:
+    await ops.log_in()
+    boxes = {}
+    for name, locator in (
+        ("brand", ops.page.locator("header .brand")),
+        ("Overview", ops.page.locator("nav").get_by_role("link", name="Overview")),
+        ("Events", ops.page.locator("nav").get_by_role("link", name="Events")),
+        ("Log out", ops.page.locator("nav").get_by_role("button", name="Log out")),
+    ):
+        box = await locator.bounding_box()
+        assert box is not None, name
+        boxes[name] = box
+    await ops.page.locator("header").screenshot(path=str(tmp_path / "header.png"))
+    middles = {name: box["y"] + box["height"] / 2 for name, box in boxes.items()}
+    assert max(middles.values()) - min(middles.values()) <= 1, middles
+
+
+async def test_the_latency_of_one_event_says_one_event(ops: OpsPage, resources: Resources) -> None:
+    async with resources.db.session() as session:
+        session.add(event_row("clerk", 1, attempts=1, processed_at=datetime.now(UTC) - timedelta(minutes=20)))
+        await session.commit()
+    await ops.log_in()
+    latency = await ops.page.locator('#inbox tr[data-provider="clerk"] td').last.inner_text()
+    assert latency == "10 min / 10 min (1 event)"
