@@ -39,3 +39,5 @@ class WebhookEvent(Base):
     abandoned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # The X-Request-Id of the delivery that stored it: its processing logs carry the same id.
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # When an operator last asked to process it again (replay): its processing then is no measure of the pipeline.
+    replayed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -127,7 +127,8 @@ class _Attempt:
             await session.commit()
         self.committed = (event, session)
         child(EVENTS_PROCESSED, event.provider).inc()
-        child(PIPELINE_SECONDS, event.provider).observe(took)
+        if took is not None:  # None: a replay, whose wait since arrival is no measure of the pipeline
+            child(PIPELINE_SECONDS, event.provider).observe(took)
 
     async def relay_staged(self) -> None:
         """Queue the jobs the handler staged, now committed; never fails the event, which stays processed."""

@@ -52,6 +52,7 @@ class EventRecord:
     last_error: str | None
     abandoned_at: datetime | None
     request_id: str | None = None
+    replayed_at: datetime | None = None
     payload: str | None = None
 
     @property
@@ -94,15 +95,18 @@ class Inbox:
         return await driver.fetchrow(sql.CLAIM, row_id, event_lock_key(row_id), idle_timeout)
 
     @staticmethod
-    async def mark_processed_and_unlock(session: AsyncSession, row_id: int) -> float:
+    async def mark_processed_and_unlock(session: AsyncSession, row_id: int) -> float | None:
         """In the handler's transaction, so the handler's writes and ``processed_at`` commit together.
 
-        Returns the seconds from the event's arrival to its processing (both by the database's clock).
+        Returns the seconds from the event's arrival to its processing (both by the database's clock): the
+        pipeline's latency. ``None`` for a replayed event (its wait since arrival is the operator's, not the
+        pipeline's) and for a row gone meanwhile. A set-aside event reopened and processed counts: it waited
+        that long.
         """
         took = await session.scalar(
             sql.MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)}
         )
-        return float(took or 0.0)
+        return None if took is None else float(took)
 
     @staticmethod
     async def record_error(driver: Any, row_id: int, error: str, *, unlock: bool) -> None:

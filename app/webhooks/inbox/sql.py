@@ -62,11 +62,12 @@ SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON
 """
 # In the handler's transaction. Reading from `marked` makes the row update (and its row lock, held until
 # COMMIT) happen before the unlock: a worker claiming the event in between waits, then sees it processed.
+# `took` (arrival to processing) is NULL for a replayed event: its wait since arrival measures no pipeline.
 MARK_PROCESSED_AND_UNLOCK = text(
     f"""
 WITH marked AS (
     UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id
-    RETURNING extract(epoch FROM processed_at - received_at) AS took
+    RETURNING CASE WHEN replayed_at IS NULL THEN extract(epoch FROM processed_at - received_at) END AS took
 )
 SELECT done.took, pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT max(took) AS took FROM marked) AS done
 """
@@ -122,7 +123,10 @@ RETURNING id, request_id
 """
 
 # --- Operators (CLI, operations page) --------------------------------------------------------------------
-_RECORD = "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at, request_id"
+_RECORD = (
+    "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at, request_id, "
+    "replayed_at"
+)
 STATE_CONDITIONS = {
     "pending": "processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0",
     "failed": "processed_at IS NULL AND abandoned_at IS NULL AND attempts > 0",
@@ -146,14 +150,16 @@ ORDER BY id
 PRESENT = "SELECT event_id FROM webhook_event WHERE provider = $1 AND event_id = ANY($2::text[])"
 GET_WITH_PAYLOAD = f"SELECT {_RECORD}, payload::text AS payload FROM webhook_event WHERE id = $1"
 RESET_FOR_REPLAY = """
-UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL WHERE id = $1
+UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL, replayed_at = now()
+WHERE id = $1
 """
-# Pipeline latency of the last hour per provider (the processed rows of that hour, by ix_webhook_event_processed).
+# Pipeline latency of the last hour per provider (the processed rows of that hour, by ix_webhook_event_processed);
+# replayed events are left out, as webhook_pipeline_seconds leaves them out.
 LATENCY_LAST_HOUR = """
 SELECT provider, count(*) AS n,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at)) AS p50,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at)) AS p99
-FROM webhook_event WHERE processed_at > now() - interval '1 hour' GROUP BY provider
+FROM webhook_event WHERE processed_at > now() - interval '1 hour' AND replayed_at IS NULL GROUP BY provider
 """
 # Per provider, the unprocessed rows only, read through the partial indexes of pending
 # (ix_webhook_event_pending) and set-aside (ix_webhook_event_abandoned) rows: what each scrape of /metrics asks,
