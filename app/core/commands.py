@@ -21,7 +21,7 @@ from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.core.settings import Settings
 
-__all__ = ["CommandRuntime", "command_group", "command_runtime", "run_with_resources", "table"]
+__all__ = ["CommandRuntime", "command_group", "command_runtime", "plural", "run_with_resources", "table"]
 
 T = TypeVar("T")
 
@@ -70,3 +70,8 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(
         "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]) for row in rows
     )
+
+
+def plural(count: int, noun: str) -> str:
+    """A count and its noun, as every count is printed: ``1 webhook event``, ``2 webhook events``, ``0 events``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

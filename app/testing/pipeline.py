@@ -17,6 +17,7 @@ from datetime import datetime
 
 import httpx
 
+from app.core.commands import plural
 from app.core.db import Database
 from app.core.resources import Resources
 from app.testing.deliveries import Delivery
@@ -81,10 +82,10 @@ def _describe(row: InboxRow | None) -> str:
     if row is None:
         return "it is not in the inbox (an event type no module handles is acknowledged and dropped)"
     if row.abandoned_at is not None:
-        return f"it was set aside after {row.attempts} attempts; last error: {row.last_error}"
+        return f"it was set aside after {plural(row.attempts, 'attempt')}; last error: {row.last_error}"
     if row.attempts == 0:
         return "no attempt ran yet: is a worker running with the module that handles it (app/runtime.py)?"
-    return f"{row.attempts} attempt(s) failed so far; last error: {row.last_error}"
+    return f"{plural(row.attempts, 'attempt')} failed so far; last error: {row.last_error}"
 
 
 async def deliver_and_wait(

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from app.core.commands import plural
 from app.core.metrics import EVENTS_BACKFILLED, child
 from app.core.module import FeatureModule
 from app.core.resources import Resources
@@ -27,7 +28,6 @@ from app.core.sentry import report_message
 from app.webhooks.event_source import EventSource, ListedEvent
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
-from app.webhooks.operations import plural
 from app.webhooks.payload import PayloadError, decode_payload, encode_for_inbox
 from app.webhooks.verification import VerifiedEvent
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import click
 from litestar import Litestar
 
-from app.core.commands import command_group, command_runtime, run_with_resources
+from app.core.commands import command_group, command_runtime, plural, run_with_resources
 from app.core.resources import Resources
 from app.webhooks import operations
 from app.webhooks.backfill import backfill, event_sources, parse_since, parse_time
@@ -51,7 +51,7 @@ def list_command(app: Litestar, provider: str | None, status: str | None, limit:
         )
         if event.last_error and event.processed_at is None:
             click.echo(f"{'':>10}last error: {event.last_error[:200]}")
-    click.echo(f"{operations.plural(len(events), 'event')}.")
+    click.echo(f"{plural(len(events), 'event')}.")
 
 
 Action = Callable[[Resources, str, str | None], Awaitable[Outcome]]

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from app.core.commands import plural
 from app.queue.errors import PermanentError
 from app.queue.job import CronJob, CronTick, FromSetting, Job
 from app.queue.queues import QueueName
@@ -38,7 +39,7 @@ class WebhookRetentionCronJob(CronJob):
 
     async def handle(self, data: CronTick) -> None:
         deleted = await delete_old_processed(self.resources)
-        logger.info("Webhook retention: deleted %s processed events.", deleted)
+        logger.info("Webhook retention: deleted %s.", plural(deleted, "processed event"))
 
 
 class WebhookBackfillCronJob(CronJob):

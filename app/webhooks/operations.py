@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.core.commands import plural
 from app.core.resources import Resources
 from app.webhooks.inbox import EventRecord, Inbox
 from app.webhooks.jobs import deduplication_id, queue_processing
@@ -12,10 +13,6 @@ from app.webhooks.maintenance import reopen_abandoned
 
 class OperatorError(Exception):
     """The action cannot be done as asked; the message says why and what to do instead."""
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def reopened_message(count: int) -> str:
