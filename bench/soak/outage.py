@@ -4,17 +4,17 @@ During ``outage_from``..``outage_to`` of the sending phase, ``outage_drop_share`
 of the events due (Stripe's and Clerk's) are dropped: never sent, never
 redelivered, as when a provider gives up on an endpoint. Stripe still lists them
 (every Stripe event is put into the stub's event list), Clerk still holds what
-changed (``clerk_state``). After the sending phase the soak runs what an operator
-or the crons would: ``webhooks backfill stripe`` (then waits for the pipeline to
-drain again), ``billing reconcile --all`` and ``identity reconcile --full``; the
-run must still end with nothing lost.
+changed (``clerk_state``). After the sending phase the soak runs the crons, as an
+operator would with ``crons run NAME``: ``WebhookBackfillCronJob`` (then waits
+for the pipeline to drain again), ``BillingReconcileCronJob`` and
+``IdentityReconcileCronJob``; the run must still end with nothing lost.
 
-The commands, not the crons: ``WebhookBackfillCronJob`` leaves events younger
-than ten minutes to their delivery, ``BillingReconcileCronJob`` reads only
-workspaces not synced for a day and ``IdentityReconcileCronJob`` does not delete
-what Clerk no longer has; in a run of minutes each would repair nothing. The
-soak pins those crons to a date it does not run on (``cluster.NEVER_RUNS``), so
-nothing repairs before it asks.
+Two settings let them act in a run of minutes (``CRON_ENV``): the sending is
+over, so no event is still on its way and the backfill's grace is 0; and every
+linked workspace counts as due for the billing reconciliation (as ``--all``),
+since all were synced minutes ago. The soak pins the crons' own schedules to a
+date it does not run on (``cluster.NEVER_RUNS``), so nothing repairs before it
+asks.
 
 Never dropped: the doomed events (another check's subject), and the events the
 scenarios wait on before acting, as an app would (``checkout.session.completed``:
@@ -45,16 +45,24 @@ from bench.soak.plan import Event
 NAME = "endpoint outage"
 NEVER_DROPPED = frozenset({"checkout.session.completed", "organization.created"})
 COMMAND_TIMEOUT_SECONDS = 300.0
+CRONS = ("WebhookBackfillCronJob", "BillingReconcileCronJob", "IdentityReconcileCronJob")
+CRON_ENV = {"WEBHOOK_BACKFILL_GRACE_SECONDS": "0", "BILLING_RECONCILE_AFTER_HOURS": "0"}
+# Each cron's summary line (logged), kept for the fault's row.
+_SUMMARIES = {
+    "WebhookBackfillCronJob": re.compile(r"Backfilled \d+ Stripe events? \(\d+ already in the inbox\)\."),
+    "BillingReconcileCronJob": re.compile(r"Reconciled \d+ workspaces; \d+ differed\."),
+    "IdentityReconcileCronJob": re.compile(r"Reconciled \d+ Clerk objects; \d+ differed\."),
+}
 
 
 @dataclass
 class Repair:
-    """What the commands did after the sending phase."""
+    """What the crons did after the sending phase."""
 
     backfilled: int = -1
     drained: float | None = None
     billing_differed: int = -1
-    lines: dict[str, str] = field(default_factory=dict)  # command -> its last line
+    lines: dict[str, str] = field(default_factory=dict)  # cron -> its summary line
 
 
 @dataclass
@@ -83,23 +91,20 @@ class EndpointOutage:
         return Counter(event.provider for event in self.dropped)
 
     async def repair(self, cluster: Cluster, drain: Callable[[], Awaitable[float | None]]) -> Repair:
-        """Backfill, wait for the backfilled events (``drain``), then both reconciliations together."""
+        """The backfill cron, wait for the backfilled events (``drain``), then both reconciliation crons together."""
         done = Repair()
-        line = await _command(cluster, done, "webhooks", "backfill", "stripe")
+        line = await _cron(cluster, done, CRONS[0])
         found = re.match(r"Backfilled (\d+) ", line)
         done.backfilled = int(found.group(1)) if found else -1
         done.drained = await drain()
         # Side by side: they write different columns, and billing holds one workspace's lock at a time.
-        line, _ = await asyncio.gather(
-            _command(cluster, done, "billing", "reconcile", "--all"),
-            _command(cluster, done, "identity", "reconcile", "--full"),
-        )
+        line, _ = await asyncio.gather(_cron(cluster, done, CRONS[1]), _cron(cluster, done, CRONS[2]))
         found = re.search(r"; (\d+) differed", line)
         done.billing_differed = int(found.group(1)) if found else -1
         return done
 
     def record(self, at: float, began: float, done: Repair, sentry_file: Path) -> FaultRecord:
-        """The fault's row: what was dropped and what each command printed.
+        """The fault's row: what was dropped and what each cron logged.
 
         ok: every dropped Stripe event of a handled type was backfilled, with one gap
         alert, the pipeline drained again, and billing reconciliation found nothing the
@@ -124,28 +129,27 @@ class EndpointOutage:
 
 
 def _in_order(item: tuple[str, str]) -> int:
-    """The commands in the order they began (the reconciliations run side by side)."""
-    return ["webhooks", "billing", "identity"].index(item[0].split()[0])
+    """The crons in the order they began (the reconciliations run side by side)."""
+    return CRONS.index(item[0])
 
 
-async def _command(cluster: Cluster, done: Repair, *args: str) -> str:
-    """A Litestar CLI command with the API's environment; its last line (stdout), kept for the row."""
-    command = [sys.executable, "-m", "litestar", "--app", "app.asgi:create_app", *args]
+async def _cron(cluster: Cluster, done: Repair, name: str) -> str:
+    """``crons run NAME`` with the API's environment (and ``CRON_ENV``); its summary line, kept for the row."""
+    command = [sys.executable, "-m", "litestar", "--app", "app.asgi:create_app", "crons", "run", name]
     began = time.monotonic()
     finished = await asyncio.to_thread(
         subprocess.run,
         command,
         cwd=ROOT,
-        env=child_env(cluster.env()),
+        env=child_env({**cluster.env(), **CRON_ENV}),
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT_SECONDS,
     )
-    lines = finished.stdout.strip().splitlines()
-    line = lines[-1] if lines else ""
+    summaries = _SUMMARIES[name].findall(finished.stderr)  # the log (JSON lines on stderr)
+    line = summaries[-1] if summaries else f"no summary logged: {finished.stdout.strip()[-200:]}"
     if finished.returncode:
         line = f"FAILED (exit {finished.returncode}): {finished.stderr.strip()[-500:]}"
-    shown = " ".join(args)
-    done.lines[shown] = line
-    print(f"soak: {shown} ({time.monotonic() - began:.1f} s): {line}", flush=True)
+    done.lines[name] = line
+    print(f"soak: crons run {name} ({time.monotonic() - began:.1f} s): {line}", flush=True)
     return line

@@ -1,6 +1,6 @@
 """Clerk's end state: each user, organization and membership, by the webhooks alone and after reconciliation.
 
-Before ``identity reconcile --full`` (``webhooks_alone``, on a snapshot), every
+Before the Clerk reconciliation (``webhooks_alone``, on a snapshot), every
 entity none of whose events the endpoint outage dropped must already be what its
 events say (SPEC section 11's ordering rules): reconciliation must not be what
 makes the webhook path look right. After it (``reconciled``), every entity must
