@@ -16,7 +16,7 @@ WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install system-deps browser prometheus wrk dev api worker test screenshots lint format migrate \
-	retry-abandoned cli send-test-webhook bench soak clean
+	retry-abandoned cli send-test-webhook stripe-stub bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -d $(VENV) || { echo "Creating the virtual environment $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -60,7 +60,7 @@ screenshots: install system-deps  ## the operations page's pictures in docs/imag
 	@mkdir -p docs/images
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
 		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
-		-k "overview_shows or phone_sized or retried_from_its_page"
+		-k "overview_shows or phone_sized or try_it"
 
 lint: install  ## ruff and mypy on the code, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .
@@ -81,8 +81,11 @@ retry-abandoned: install
 cli: install  ## any Litestar CLI command against the dev services, e.g. make cli ARGS="webhooks list"
 	@$(WITH_DEV_ENV) $(LITESTAR) $(ARGS)
 
-send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API
-	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) --url http://$(HOST):$(PORT)
+send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API; SAMPLE=checkout: the try-it pair
+	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) $(if $(SAMPLE),--sample $(SAMPLE)) --url http://$(HOST):$(PORT)
+
+stripe-stub: install  ## the local Stripe API `make dev` uses with its generated key, serving the try-it checkout
+	@$(BIN)/python -m tools.dev_stripe
 
 bench: install wrk
 	@$(BIN)/python -m bench $(BENCH_ARGS)

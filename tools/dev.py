@@ -2,7 +2,8 @@
 
     python -m tools.dev          (HOST, PORT choose where the API listens: 127.0.0.1, 8000)
 
-Steps, one line each: load or generate `.data/dev-secrets.env`; start embedded Postgres and Redis for
+Steps, one line each: load or generate `.data/dev-secrets.env` (with the generated Stripe key, the Stripe
+API is the local stub `make stripe-stub` serves); start embedded Postgres and Redis for
 whichever of DATABASE_URL / REDIS_URL is unset; run the migrations; start the API and the worker,
 each in its own process group. SIGINT, SIGTERM or SIGHUP is forwarded to both; whatever still runs
 after GRACE_SECONDS is killed; then the embedded servers are stopped (their data stays in `.data/`).
@@ -36,6 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 GRACE_SECONDS = 10.0
 SECRETS_FILE = "dev-secrets.env"
 OWNER_FILE = "dev-supervisor.pid"
+DEV_STRIPE_API_KEY = "sk_test_dev"
+"""The generated Stripe key: no Stripe account is behind it."""
+STRIPE_STUB_PORT = 12111
+"""Where `make stripe-stub` (``tools.dev_stripe``) serves the local Stripe API."""
 
 
 class _Stop(Exception):
@@ -67,7 +72,7 @@ def load_dev_secrets(path: Path) -> None:
     wanted = {
         "STRIPE_WEBHOOK_SECRET": _whsec,
         "CLERK_WEBHOOK_SIGNING_SECRET": _whsec,
-        "STRIPE_API_KEY": lambda: "sk_test_dev",
+        "STRIPE_API_KEY": lambda: DEV_STRIPE_API_KEY,
     }
     missing = {key: make() for key, make in wanted.items() if key not in values}
     if missing:
@@ -80,6 +85,15 @@ def load_dev_secrets(path: Path) -> None:
     for key, value in values.items():
         os.environ.setdefault(key, value)
     _say(f"Secrets: {'generated into' if missing else 'loaded from'} {path.name} in {path.parent.name}/")
+
+
+def use_local_stripe() -> str | None:
+    """With the generated key, the Stripe API is the local stub (`make stripe-stub`), not Stripe's own, which
+    would refuse the key: returns its URL, or None when STRIPE_API_KEY or STRIPE_API_BASE was given."""
+    if os.environ.get("STRIPE_API_KEY") != DEV_STRIPE_API_KEY or os.environ.get("STRIPE_API_BASE"):
+        return None
+    os.environ["STRIPE_API_BASE"] = f"http://127.0.0.1:{STRIPE_STUB_PORT}"
+    return os.environ["STRIPE_API_BASE"]
 
 
 def _claim(data_dir: Path) -> int | None:
@@ -208,6 +222,8 @@ def main() -> int:
     _handle_signals(_raise_stop)
     try:
         load_dev_secrets(data_dir / SECRETS_FILE)
+        if stub := use_local_stripe():
+            _say(f"Stripe API: the local stub at {stub} (`make stripe-stub`; a real STRIPE_API_KEY uses Stripe's)")
         os.environ.setdefault("APP_ENV", "development")
         wanted = [label for label, (var, _) in SERVICES.items() if not os.environ.get(var)]
         # Claimed before starting anything, so that a Ctrl-C during start-up still stops what started.

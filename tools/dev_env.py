@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tools import embedded
-from tools.dev import SECRETS_FILE
+from tools.dev import SECRETS_FILE, use_local_stripe
 
 DATA_DIR = embedded.DEFAULT_DATA_DIR
 
@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tools.dev_env -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     _load_existing_secrets(DATA_DIR / SECRETS_FILE)
+    use_local_stripe()  # as `make dev` does: the worker of `make worker` reads what `make dev`'s would
     if not os.environ.get("DATABASE_URL"):
         os.environ["DATABASE_URL"] = embedded.ensure_postgres(DATA_DIR)
     if not os.environ.get("REDIS_URL"):
