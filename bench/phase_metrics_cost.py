@@ -26,7 +26,7 @@ from app.testing.processes import free_port
 from bench import loadgen
 from bench.backlog import release
 from bench.deliveries import stripe_set
-from bench.measures import cpu_seconds
+from bench.measures import cpu_seconds, profiler
 from bench.phase_drain import clerk_backlog, warm_up
 
 if TYPE_CHECKING:
@@ -91,11 +91,14 @@ async def _drain(run: Run) -> None:
         await warm_up(run)
         await clerk_backlog(run, count, f"m{round_no}")
         process = psutil.Process(worker.process.pid)
+        profile = profiler(run, f"worker-metrics-{kind}-{round_no}", worker, None)
         before = process.cpu_times()
         async with _scraping([f"http://127.0.0.1:{port}/metrics"] if kind == "on" else []):
             started = await release(run)
             ended = await run.wait_queue_empty(max(60.0, count / 50))
         after = process.cpu_times()
+        if profile:
+            profile.cancel()
         used = after.user + after.system - before.user - before.system
         cpu[kind].append(used / count * 1000)
         run.log(

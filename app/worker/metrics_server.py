@@ -1,21 +1,21 @@
 """Each worker's own ``/metrics`` on ``WORKER_METRICS_PORT``.
 
-prometheus_client's exposition served by its threading WSGI server, wrapped
-in one check: ``Authorization: Bearer METRICS_TOKEN`` when that is set (the
-library's own ``start_http_server`` has no such check). A port already taken
-is one warning, and the worker runs on without metrics.
+A small HTTP server on the worker's event loop (no thread: a thread polling
+its socket and one more per scrape cost the worker more than the exposition
+itself), serving prometheus_client's exposition behind one check:
+``Authorization: Bearer METRICS_TOKEN`` when that is set. A port already
+taken is one warning, and the worker runs on without metrics; ``0`` serves
+no port at all.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
-import threading
-from collections.abc import Callable, Iterable
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-from prometheus_client.exposition import ThreadingWSGIServer
+import socket
+from collections.abc import Iterable
 
 from app.core.metrics import (
     ATTEMPTS_FAILED,
@@ -31,27 +31,32 @@ from app.core.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+REQUEST_TIMEOUT_SECONDS = 5.0
+_MAX_REQUEST_BYTES = 16 * 1024
 
 
-def metrics_app(token: str | None) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
-    expected = f"Bearer {token}".encode() if token else None
+def _answer(status: str, body: bytes, content_type: str = "text/plain", *extra: str) -> bytes:
+    headers = [f"HTTP/1.1 {status}", f"Content-Type: {content_type}", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join([*headers, "Connection: close", "", ""])).encode("latin-1") + body
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") not in ("/metrics", "/"):
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"Not found: the worker serves /metrics.\n"]
-        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1")
-        if expected is not None and not hmac.compare_digest(given, expected):
-            start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")])
-            return [b"Send Authorization: Bearer <METRICS_TOKEN>.\n"]
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE)])
-        return [exposition()]
 
-    return app
+def metrics_answer(request: bytes, token: str | None) -> bytes:
+    """The whole HTTP answer to one request (its request line and headers, as read)."""
+    lines = request.decode("latin-1").split("\r\n")
+    method, _, rest = lines[0].partition(" ")
+    path = rest.partition(" ")[0].partition("?")[0]
+    if method != "GET" or path not in ("/metrics", "/"):
+        return _answer("404 Not Found", b"Not found: the worker serves GET /metrics.\n")
+    if token:
+        given = next((line[14:].strip() for line in lines[1:] if line[:14].lower() == "authorization:"), "")
+        if not hmac.compare_digest(given.encode("latin-1"), f"Bearer {token}".encode()):
+            return _answer(
+                "401 Unauthorized",
+                b"Send Authorization: Bearer <METRICS_TOKEN>.\n",
+                "text/plain",
+                "WWW-Authenticate: Bearer",
+            )
+    return _answer("200 OK", exposition(), CONTENT_TYPE)
 
 
 def prime_series(job_names: Iterable[str], providers: Iterable[str]) -> None:
@@ -66,11 +71,11 @@ def prime_series(job_names: Iterable[str], providers: Iterable[str]) -> None:
 
 
 class WorkerMetrics:
-    """The server thread of one worker process."""
+    """The metrics server of one worker process, on its event loop (``serve`` and ``close`` run inside it)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._server: ThreadingWSGIServer | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def serve(self) -> None:
         port = self.settings.worker_metrics_port
@@ -78,9 +83,7 @@ class WorkerMetrics:
             return
         host = "0.0.0.0" if self.settings.is_production else "127.0.0.1"
         try:
-            self._server = make_server(
-                host, port, metrics_app(self.settings.metrics_token), ThreadingWSGIServer, handler_class=_Quiet
-            )
+            sock = socket.create_server((host, port))  # bound now: a port taken is known at start
         except OSError as exc:
             logger.warning(
                 "Worker metrics: port %d is not free (%s); this worker runs on without /metrics. Give each worker "
@@ -89,10 +92,28 @@ class WorkerMetrics:
                 exc,
             )
             return
-        threading.Thread(target=self._server.serve_forever, name="worker metrics", daemon=True).start()
+        self._task = asyncio.get_running_loop().create_task(self._run(sock), name="worker metrics")
         logger.info("Worker metrics on http://%s:%d/metrics.", host, port)
 
+    async def _run(self, sock: socket.socket) -> None:
+        server = await asyncio.start_server(self._connected, sock=sock, limit=_MAX_REQUEST_BYTES)
+        async with server:
+            await server.serve_forever()
+
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if self._task is not None:
+            self._task.cancel()  # serve_forever closes the server (and its socket) as it ends
+            self._task = None
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_SECONDS):
+                request = await reader.readuntil(b"\r\n\r\n")
+                writer.write(metrics_answer(request, self.settings.metrics_token))
+                await writer.drain()
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # a client gone or too slow: nothing to answer
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()

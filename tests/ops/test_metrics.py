@@ -22,6 +22,7 @@ from app.testing import clerk_event, signed_clerk_delivery, signed_stripe_delive
 from app.testing.processes import free_port
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
+from app.worker.metrics_server import metrics_answer
 from tests.ops.conftest import seed_known_events
 from tests.processes import api_process, wait_for, worker_starter
 from tests.webhooks.worker_handlers import PROVIDER
@@ -252,3 +253,20 @@ async def test_worker_metrics_port_0_serves_no_port(settings_env: dict[str, str]
         assert any(
             f"Worker metrics on http://127.0.0.1:{port}/metrics" in str(line.get("event")) for line in serving.lines()
         )
+
+
+def test_the_worker_metrics_answer_get_metrics_only_and_check_the_token() -> None:
+    def status(request: str, token: str | None) -> str:
+        return metrics_answer(request.encode(), token).split(b"\r\n", 1)[0].decode()
+
+    ok = "GET /metrics HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer t0k3n-9\r\n\r\n"
+    assert status(ok, "t0k3n-9") == "HTTP/1.1 200 OK"
+    assert status(ok.replace("t0k3n-9", "other"), "t0k3n-9") == "HTTP/1.1 401 Unauthorized"
+    assert status("GET /metrics HTTP/1.1\r\nHost: w\r\n\r\n", "t0k3n-9") == "HTTP/1.1 401 Unauthorized"
+    assert status("GET /metrics?x=1 HTTP/1.1\r\n\r\n", None) == "HTTP/1.1 200 OK"
+    assert status("GET /other HTTP/1.1\r\n\r\n", None) == "HTTP/1.1 404 Not Found"
+    assert status("POST /metrics HTTP/1.1\r\n\r\n", None) == "HTTP/1.1 404 Not Found"
+    answer = metrics_answer(ok.encode(), "t0k3n-9")
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert f"Content-Length: {len(body)}".encode() in head and b"Connection: close" in head
+    assert b"# TYPE job_runs_total counter" in body
