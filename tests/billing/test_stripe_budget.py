@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -117,6 +118,41 @@ async def test_an_event_sent_during_a_read_is_read_again(
     await asyncio.gather(process_event(first, early), later_change())
     assert len(stripe_stub.requests) == 2
     assert (await workspace_row(first, linked_workspace.id)).member_limit == 9  # type: ignore[attr-defined]
+
+
+async def test_callers_waiting_for_the_budget_are_given_their_turns_and_never_exceed_it(
+    redis_url: str, redis_namespace: str
+) -> None:
+    """Two processes' budgets, 30 callers at once, 10 per second: each caller reserves its turn once (no
+    caller asks Redis again and again while it waits), turns 0.1 s apart, never more than 10 in any second."""
+    budgets = [StripeBudget(make_redis(redis_url), per_second=10, namespace=redis_namespace) for _ in range(2)]
+    asked = 0
+    calls: list[float] = []
+
+    async def one_call(budget: StripeBudget) -> None:
+        await budget.acquire()
+        calls.append(time.monotonic())
+
+    for budget in budgets:
+        script = budget._script
+
+        async def counted(*args: object, _script: object = script, **kwargs: object) -> object:
+            nonlocal asked
+            asked += 1
+            return await _script(*args, **kwargs)  # type: ignore[operator]
+
+        budget._script = counted  # type: ignore[method-assign]
+    started = time.monotonic()
+    await asyncio.gather(*(one_call(budgets[n % 2]) for n in range(30)))
+    assert asked == 30
+    # The times admitted, by Redis' clock (the callers' own clocks read them a scheduling delay late).
+    admitted = [score / 1e6 for _, score in await budgets[0].redis.zrange(budgets[0].log_key, 0, -1, withscores=True)]
+    assert len(admitted) == 30 and most_in_window(admitted, 1.0) == 10
+    assert min(later - earlier for earlier, later in itertools.pairwise(admitted)) >= 0.1 - 1e-6  # no burst
+    assert most_in_window(calls, 0.9) <= 10
+    assert 2.7 <= time.monotonic() - started < 4.5  # 30 calls 0.1 s apart: the last after 2.9 s
+    for budget in budgets:
+        await budget.redis.aclose()
 
 
 async def test_a_429_pauses_every_process_for_its_retry_after(redis_url: str, redis_namespace: str) -> None:
