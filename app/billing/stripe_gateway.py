@@ -1,5 +1,10 @@
 """The one place that talks to Stripe: current state, read through the async SDK, as plain values.
 
+Reads go through the SDK's raw requests (its HTTP client, authentication,
+parameter encoding and error classes) and are used as the JSON Stripe sent:
+building the SDK's objects only to turn them back into dicts cost about half
+of a read's CPU.
+
 Handlers never trust an event body, so every sync reads Stripe. This file owns
 the client (one per process: ``stripe.HTTPXClient`` binds to the event loop
 that first uses it, and is closed with the process's resources), the timeout
@@ -15,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import stripe
 
@@ -47,6 +53,16 @@ _CURRENT = frozenset({"active", "trialing", "past_due"})
 _WRONG_ACCOUNT = " Check that STRIPE_API_KEY belongs to the Stripe account and mode (test/live) of the webhook."
 _HINTS = {401: _WRONG_ACCOUNT, 403: _WRONG_ACCOUNT, 404: _WRONG_ACCOUNT}
 _DEFAULT_RETRY_AFTER_SECONDS = 1.0
+_MIRROR_PATHS: dict[MirrorKind, str] = {
+    "dispute": "disputes",
+    "refund": "refunds",
+    "early_fraud_warning": "radar/early_fraud_warnings",
+}
+
+
+def _path(collection: str, object_id: str) -> str:
+    """``/v1/<collection>/<id>``, the id quoted whole: ids come from event bodies, which are not trusted."""
+    return f"/v1/{collection}/{quote(object_id, safe='')}"
 
 
 def _said(exc: stripe.StripeError) -> str:
@@ -80,29 +96,23 @@ class StripeGateway:
 
     async def customer_billing(self, customer_id: str) -> CustomerBilling:
         """One call when the customer has a current subscription (they come expanded), two when it has none."""
-        params: Any = {"expand": ["subscriptions"]}
-        v1 = self._client.v1
-        customer = await self._call(
-            "customers.retrieve", f"customer {customer_id}", lambda: v1.customers.retrieve_async(customer_id, params)
+        customer = await self._get(
+            "customers.retrieve", f"customer {customer_id}", _path("customers", customer_id), expand=["subscriptions"]
         )
         if customer.get("deleted"):
             return CustomerBilling(customer_id, deleted=True, subscriptions=())
         listed = (customer.get("subscriptions") or {}).get("data") or []
         if not any(sub.get("status") in _CURRENT for sub in listed):
             # No current one: the newest of any state is shown (a cancellation stays visible).
-            everything: Any = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
             what = f"subscriptions of customer {customer_id}"
-            listed = (await self._call("subscriptions.list", what, lambda: v1.subscriptions.list_async(everything)))[
-                "data"
-            ]
+            everything = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
+            listed = (await self._get("subscriptions.list", what, "/v1/subscriptions", **everything))["data"]
         newest_first = sorted(listed, key=lambda sub: sub.get("created") or 0, reverse=True)
         return CustomerBilling(customer_id, False, tuple(parse_subscription(sub) for sub in newest_first))
 
     async def checkout_session(self, session_id: str) -> CheckoutSession:
-        sessions = self._client.v1.checkout.sessions
-        session = await self._call(
-            "checkout.sessions.retrieve", f"checkout session {session_id}", lambda: sessions.retrieve_async(session_id)
-        )
+        what, path = f"checkout session {session_id}", _path("checkout/sessions", session_id)
+        session = await self._get("checkout.sessions.retrieve", what, path)
         return CheckoutSession(
             id=session_id,
             customer_id=link_id(session.get("customer")),
@@ -111,10 +121,8 @@ class StripeGateway:
 
     async def refunded_charge(self, charge_id: str) -> RefundedCharge:
         """The charge, with the refunds it has now (one call: they are expanded)."""
-        params: Any = {"expand": ["refunds"]}
-        charges = self._client.v1.charges
-        data = await self._call(
-            "charges.retrieve", f"charge {charge_id}", lambda: charges.retrieve_async(charge_id, params)
+        data = await self._get(
+            "charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), expand=["refunds"]
         )
         refund_ids = tuple(str(refund["id"]) for refund in (data.get("refunds") or {}).get("data", []))
         return RefundedCharge(parse_charge(data), refund_ids)
@@ -125,7 +133,7 @@ class StripeGateway:
         ``known_charge``: the object's charge as read before; what billing takes
         from it never changes (see ``Charge``), so it is not read again.
         """
-        obj = await self._call(f"{kind}s.retrieve", f"{kind} {stripe_id}", lambda: self._retrieve(kind, stripe_id))
+        obj = await self._get(f"{kind}s.retrieve", f"{kind} {stripe_id}", _path(_MIRROR_PATHS[kind], stripe_id))
         charge = await self._charge_of(obj, known_charge)
         if kind == "early_fraud_warning":  # a warning has no status or amount of its own: its charge's
             obj = {
@@ -151,13 +159,13 @@ class StripeGateway:
         self, types: Sequence[str], created_gte: int, created_lte: int, starting_after: str | None
     ) -> tuple[list[dict[str, Any]], bool]:
         """One page of events (newest first) of ``types`` created in the window; and whether more follow."""
-        params: Any = {
+        params: dict[str, Any] = {
             "types": list(types),
             "created": {"gte": created_gte, "lte": created_lte},
             "limit": _EVENTS_PAGE,
             **({"starting_after": starting_after} if starting_after else {}),
         }
-        page = await self._call("events.list", "the event list", lambda: self._client.v1.events.list_async(params))
+        page = await self._get("events.list", "the event list", "/v1/events", **params)
         return list(page["data"]), bool(page.get("has_more"))
 
     async def _charge_of(self, obj: dict[str, Any], known: Charge | None) -> Charge | None:
@@ -166,21 +174,10 @@ class StripeGateway:
             return None
         if known is not None and known.id == charge_id:
             return known
-        charges = self._client.v1.charges
-        return parse_charge(
-            await self._call("charges.retrieve", f"charge {charge_id}", lambda: charges.retrieve_async(charge_id))
-        )
+        return parse_charge(await self._get("charges.retrieve", f"charge {charge_id}", _path("charges", charge_id)))
 
-    def _retrieve(self, kind: MirrorKind, stripe_id: str) -> Awaitable[Any]:
-        v1 = self._client.v1
-        if kind == "dispute":
-            return v1.disputes.retrieve_async(stripe_id)
-        if kind == "refund":
-            return v1.refunds.retrieve_async(stripe_id)
-        return v1.radar.early_fraud_warnings.retrieve_async(stripe_id)
-
-    async def _call(self, operation: str, what: str, call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
-        """One SDK call through the budget, as a plain dict; a 429 is waited out and the call made again.
+    async def _get(self, operation: str, what: str, path: str, **params: Any) -> dict[str, Any]:
+        """One GET through the budget, as the JSON Stripe sent; a 429 is waited out and the call made again.
 
         ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages.
         """
@@ -188,21 +185,21 @@ class StripeGateway:
         while True:
             STRIPE_BUDGET_WAIT.observe(await self.budget.acquire())
             try:
-                result = await call()
+                response = await self._client.raw_request_async("get", path, **params)
             except stripe.StripeError as exc:
                 child(STRIPE_REQUESTS, operation, str(exc.http_status or "none")).inc()
                 if not isinstance(exc, stripe.RateLimitError):
                     raise self._mapped(what, exc) from exc
                 wait = _retry_after(exc) or _DEFAULT_RETRY_AFTER_SECONDS
+                await self.budget.pause(wait)  # every process waits, also when this attempt gives up
                 if time.monotonic() - started + wait > MAX_WAIT_SECONDS:
                     raise RetryLater(f"Stripe keeps answering 429 reading {what}", after_seconds=wait) from exc
                 logger.warning(
                     "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.", what, wait
                 )
-                await self.budget.pause(wait)
                 continue
             child(STRIPE_REQUESTS, operation, "200").inc()
-            data: dict[str, Any] = result.to_dict()
+            data: dict[str, Any] = response.data
             return data
 
     def _mapped(self, what: str, exc: stripe.StripeError) -> Exception:

@@ -154,8 +154,9 @@ async def test_a_stripe_429_is_waited_out_within_the_attempt_not_counted_as_a_fa
 async def test_a_429_longer_than_an_attempt_may_wait_is_retried_later_without_counting_an_attempt(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
-    """Retry-After past MAX_WAIT_SECONDS (15 s): the gateway raises RetryLater at once instead of holding the
-    attempt's transaction; the attempt is given back, no error recorded, and the event is processed later."""
+    """Retry-After past MAX_WAIT_SECONDS (15 s): the gateway pauses the fleet's budget for it and raises RetryLater
+    at once instead of holding the attempt's transaction; the attempt is given back, no error recorded, and the
+    event is processed once the pause is over."""
     stripe_stub.put_subscription("cus_linked", quantity=4)
     stripe_stub.rate_limit("/v1/customers", retry_after=60, times=1)
     delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
@@ -166,8 +167,12 @@ async def test_a_429_longer_than_an_attempt_may_wait_is_retried_later_without_co
     assert isinstance(first, Retry) and isinstance(first.__cause__, RetryLater)
     row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
     assert row is not None and not row.processed and row.attempts == 0 and row.last_error is None
+    budget = stripe_gateway(worker).budget
+    assert 50 < await budget.paused_seconds() <= 60  # every process waits out the Retry-After
 
-    assert await worker_try(worker, delivery, attempt=2) is None  # later
+    await budget.pause(0.001)  # the Retry-After is over
+    await asyncio.sleep(0.01)
+    assert await worker_try(worker, delivery, attempt=2) is None
     row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
     assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
