@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.billing.stripe_gateway import StripeGateway
@@ -39,6 +39,12 @@ CURRENT_STATUSES = frozenset({"active", "trialing", "past_due"})
 _MAX_BIGINT_DIGITS = 18
 # Advisory-lock class of Stripe customers (two-key locks: apart from every one-key lock, e.g. the inbox's).
 _CUSTOMER_LOCK_CLASS = 0x5354
+# Built once: every Stripe event of a linked customer runs these (a burst about one customer mostly these alone).
+_LOCK_CUSTOMER = text(f"SELECT pg_advisory_xact_lock({_CUSTOMER_LOCK_CLASS}, hashtext(:customer_id))")
+_LOCK_WORKSPACE_OF_CUSTOMER = text(
+    "SELECT id, billing_synced_at FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE"
+)
+_READ_BEGINS = text("SELECT clock_timestamp()")
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ async def _sync_locked(
     own clock running ahead would let an event skip a read it needed.
     """
     assert workspace.stripe_customer_id is not None
-    read_from = await session.scalar(select(func.clock_timestamp()))
+    read_from = await session.scalar(_READ_BEGINS)
     billing = await gateway.customer_billing(workspace.stripe_customer_id)
     for name, value in billing_columns(billing).items():
         setattr(workspace, name, value)
@@ -92,14 +98,13 @@ async def _sync_locked(
     return BillingSync(workspace.id, paid_seats(billing, free_plan_member_limit))
 
 
-def read_since(workspace: Workspace, received_at: datetime | None) -> bool:
-    """Whether a read of the workspace's customer began after an event arrived: then it already holds its change.
+def read_since(synced: datetime | None, received_at: datetime | None) -> bool:
+    """Whether a read of the customer began (at ``synced``) after an event arrived: then it holds its change.
 
     Stripe sends an event after the change it reports, so a read that began
     later saw the change. Syncs of a workspace run one after the other under its
     lock, so a burst of events about one customer costs one read, not one each.
     """
-    synced = workspace.billing_synced_at
     return received_at is not None and synced is not None and synced >= received_at
 
 
@@ -114,7 +119,7 @@ async def lock_customer(session: AsyncSession, customer_id: str) -> None:
     A mirrored dispute, refund or fraud warning takes it before looking up its
     workspace, for the same reason.
     """
-    await session.execute(select(func.pg_advisory_xact_lock(_CUSTOMER_LOCK_CLASS, func.hashtext(customer_id))))
+    await session.execute(_LOCK_CUSTOMER, {"customer_id": customer_id})
 
 
 async def sync_customer(
@@ -132,18 +137,16 @@ async def sync_customer(
     customer is linked to no workspace.
     """
     await lock_customer(session, customer_id)
-    workspace = await session.scalar(
-        select(Workspace)
-        .where(Workspace.stripe_customer_id == customer_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    if workspace is None:
+    locked = (await session.execute(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id})).first()
+    if locked is None:
         logger.info("Stripe customer %s is linked to no workspace: nothing to sync.", customer_id)
         return None
-    if read_since(workspace, received_at):
+    if read_since(locked.billing_synced_at, received_at):
         logger.info("Stripe customer %s was read after this event arrived: no new read.", customer_id)
         return None
+    # Locked above; loaded whole only when it is read (the row as committed before the lock was granted).
+    workspace = await session.get(Workspace, locked.id, populate_existing=True)
+    assert workspace is not None
     return await _sync_locked(session, workspace, gateway, free_plan_member_limit)
 
 
