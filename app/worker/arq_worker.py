@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
 from arq.worker import Function, Worker, func
 
 from app.core.request_context import bound_request_id
@@ -95,6 +97,65 @@ class _Functions(dict[str, Any]):
         return _unknown_job(name, self.queue)
 
 
+# The due jobs of a queue, oldest first, that no worker runs (no in-progress key), at most ARGV[4] of them,
+# looked for among the first ARGV[2]: arq keeps a running job in the queue until it ends.
+_PICK_LUA = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local picked = {}
+local wanted = tonumber(ARGV[4])
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', ARGV[3] .. id) == 0 then
+    picked[#picked + 1] = id
+    if #picked >= wanted then break end
+  end
+end
+return picked
+"""
+
+
+class _QueueWorker(Worker):
+    """arq's Worker, passing over the jobs already running when it looks for jobs to start.
+
+    arq keeps a running job in the queue's sorted set until it ends, and checks
+    each id a poll reads with round trips of its own (WATCH, EXISTS, ZSCORE),
+    waiting for a free slot between them. When the oldest jobs run long (a
+    Stripe backlog waiting its turn in the API budget), every slot that freed
+    cost dozens of those for jobs already running: most of a worker's CPU, while
+    the jobs behind them waited. One script call instead reads the due jobs
+    that are not running, no more than the free slots; arq's own check still
+    guards each start (another worker may take one in between).
+
+    ``_poll_iteration`` is arq 0.28.0's (pinned in constraints.txt) but for that.
+    """
+
+    _pick: Any = None
+
+    async def _poll_iteration(self) -> None:
+        count = self.queue_read_limit
+        if self.burst and self.max_burst_jobs >= 0:
+            burst_jobs_remaining = self.max_burst_jobs - self._jobs_started()
+            if burst_jobs_remaining < 1:
+                return
+            count = min(burst_jobs_remaining, count)
+        if self.allow_pick_jobs and self.job_counter < self.max_jobs:
+            await self.start_jobs(await self._due_not_running(count))
+        if self.allow_abort_jobs:
+            await self._cancel_aborted_jobs()
+        for job_id, task in list(self.tasks.items()):
+            if task.done():
+                del self.tasks[job_id]
+                task.result()  # as arq does: an error of its own job handling is raised here
+        await self.heart_beat()
+
+    async def _due_not_running(self, count: int) -> list[bytes]:
+        if self._pick is None:
+            self._pick = self.pool.register_script(_PICK_LUA)
+        free = min(count, self.max_jobs - self.job_counter)
+        args = [timestamp_ms(), count, in_progress_key_prefix, free]
+        picked: list[bytes] = await self._pick(keys=[self.queue_name], args=args)
+        return picked
+
+
 class _QuietArqLines(logging.Filter):
     """Drop arq's own per-job failure line: ours (with context, traceback and Sentry report) replaces it."""
 
@@ -121,7 +182,7 @@ def build_arq_worker(
     """Must run inside the event loop (arq binds the running loop at construction)."""
     settings = resources.settings
     functions = [arq_function(job_cls, resources) for job_cls in registry.jobs_on(queue)]
-    worker = Worker(
+    worker = _QueueWorker(
         functions,
         queue_name=queue_key(settings, queue),
         redis_pool=make_arq_redis(settings.require_redis_url(), timeout=WORKER_REDIS_TIMEOUT_SECONDS),
