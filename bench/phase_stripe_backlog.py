@@ -31,6 +31,7 @@ from app.testing.deliveries import random_id, stripe_event, stripe_subscription
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
 from bench.backlog import enqueue_held_back, release
+from bench.measures import profiler
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -127,11 +128,15 @@ async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, *, c
         "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND),
         "BILLING_COALESCE_READS": "true" if coalesce else "false",
     }
-    workers = [psutil.Process(worker.process.pid) for worker in await run.start_workers(WORKERS, env)]
+    managed = await run.start_workers(WORKERS, env)
+    workers = [psutil.Process(worker.process.pid) for worker in managed]
+    profile = profiler(run, f"worker-stripe-{'coalesced' if coalesce else 'reference'}", managed[0], None)
     cpu_before = _cpu_seconds(workers)
     started = await release(run)
     calls_wanted = customers if coalesce else events
     ended = await run.wait_queue_empty(max(60.0, 3 * calls_wanted / BUDGET_PER_SECOND))
+    if profile:
+        profile.cancel()
     cpu = _cpu_seconds(workers) - cpu_before
     times = stub.request_times
     await run.stop_workers()

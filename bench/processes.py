@@ -68,7 +68,7 @@ class Processes:
 
     def start(self, role: str, name: str, command: list[str], env: Mapping[str, str]) -> Managed:
         log = self.directory / f"{name}.log"
-        with log.open("wb") as out:
+        with log.open("ab") as out:
             process = subprocess.Popen(
                 command, cwd=ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
