@@ -1,4 +1,4 @@
-"""The arq driver: jobs go to arq's Redis queues, one round trip each, with a bounded wait.
+"""The arq driver: jobs go to arq's Redis queues, one round trip per call (one job or many), with a bounded wait.
 
 Everything written to Redis carries ``settings.redis_namespace``: the arq queue
 is ``<namespace><queue name>`` and a job id is ``<namespace><deduplication id>``
@@ -26,7 +26,7 @@ from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import JobState
 from app.core.settings import Settings
-from app.queue.encoded import EncodedJob, encode_job, job_kwargs, namespaced
+from app.queue.encoded import EncodedJob, encode_job, encode_jobs, job_kwargs, namespaced
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
@@ -51,15 +51,24 @@ def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> Arq
 # arq's ``enqueue_job`` in one round trip: it WATCHes the job key, checks that
 # neither the job nor its result exists, then MULTI/PSETEX/ZADD/EXEC (three
 # round trips, and a connection pinned in between). The script does the same
-# check-and-write atomically, writing the same keys with the same bytes.
-# KEYS: job key, result key, queue. ARGV: serialized job, expiry (ms), score, job id.
+# check-and-write atomically, writing the same keys with the same bytes, for
+# one job or a batch (a recovery page, an outbox relay): one call however many,
+# so Redis parses one command and answers one reply instead of one per job.
+# Per job, KEYS: job key, result key, queue; ARGV: serialized job, expiry (ms), score, job id.
+# Returns 1 (queued) or 0 (the job or its result exists) per job, in order.
 _ENQUEUE_LUA = """
-if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
-  return 0
+local queued = {}
+for i = 0, #ARGV / 4 - 1 do
+  local k, a = i * 3, i * 4
+  if redis.call('EXISTS', KEYS[k + 1], KEYS[k + 2]) > 0 then
+    queued[i + 1] = 0
+  else
+    redis.call('PSETEX', KEYS[k + 1], ARGV[a + 2], ARGV[a + 1])
+    redis.call('ZADD', KEYS[k + 3], ARGV[a + 3], ARGV[a + 4])
+    queued[i + 1] = 1
+  end
 end
-redis.call('PSETEX', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
-return 1
+return queued
 """
 
 
@@ -95,13 +104,8 @@ class ArqQueue:
         if session is not None:
             stage(session, job)
             return job.job_id
-        keys, args = self._enqueue_call(job)
-        try:
-            async with asyncio.timeout(self.timeout):
-                queued = await self._enqueue(keys=keys, args=args)
-        except (TimeoutError, RedisError, OSError) as exc:
-            raise self._unavailable(job_cls.name(), exc) from exc
-        return self._queued_id(job, queued)
+        (queued,) = await self.enqueue_encoded([job], what=job_cls.name())
+        return queued
 
     async def add_many(
         self,
@@ -110,12 +114,13 @@ class ArqQueue:
         *,
         request_ids: Sequence[str | None] | None = None,
     ) -> list[str | None]:
-        """``add`` for several jobs of one class (data, deduplication id) in one pipelined round trip."""
+        """``add`` for several jobs of one class (data, deduplication id) in one round trip."""
         ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
-        jobs = [
-            encode_job(self.settings, job_cls, data, deduplication_id=dedup, request_id=request_id)
-            for (data, dedup), request_id in zip(items, ids, strict=True)
-        ]
+        jobs = encode_jobs(
+            self.settings,
+            job_cls,
+            [(data, dedup, request_id) for (data, dedup), request_id in zip(items, ids, strict=True)],
+        )
         return await self.enqueue_encoded(jobs, what=job_cls.name())
 
     async def enqueue_encoded(self, jobs: Sequence[EncodedJob], *, what: str) -> list[str | None]:
@@ -125,13 +130,13 @@ class ArqQueue:
         """
         if not jobs:
             return []
-        calls = [self._enqueue_call(job) for job in jobs]
+        keys: list[str] = []
+        args: list[Any] = []
+        for job in jobs:
+            self._append_enqueue_call(job, keys, args)
         try:
             async with asyncio.timeout(self.timeout):
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for keys, args in calls:
-                        await self._enqueue(keys=keys, args=args, client=pipe)
-                    results = await pipe.execute()
+                results = await self._enqueue(keys=keys, args=args)
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._unavailable(what, exc) from exc
         return [self._queued_id(job, queued) for queued, job in zip(results, jobs, strict=True)]
@@ -142,11 +147,11 @@ class ArqQueue:
 
         return await relay_outbox(self.db, send, session=session)
 
-    def _enqueue_call(self, job: EncodedJob) -> tuple[list[str], list[Any]]:
-        """The keys and arguments of ``_ENQUEUE_LUA``: what arq's ``enqueue_job`` would write."""
+    def _append_enqueue_call(self, job: EncodedJob, keys: list[str], args: list[Any]) -> None:
+        """Add the job's keys and arguments of ``_ENQUEUE_LUA``: what arq's ``enqueue_job`` would write."""
         envelope = serialize_job(job.name, (job.data,), job_kwargs(job), None, job.enqueued_ms, serializer=serialize)
-        keys = [job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_key(self.settings, job.queue)]
-        return keys, [envelope, job.expires_in_ms(timestamp_ms()), job.run_at_ms, job.job_id]
+        keys += [job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_key(self.settings, job.queue)]
+        args += [envelope, job.expires_in_ms(timestamp_ms()), job.run_at_ms, job.job_id]
 
     def _queued_id(self, job: EncodedJob, queued: Any) -> str | None:
         if not queued:

@@ -9,6 +9,7 @@ the id fixed when it was encoded.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -64,21 +65,44 @@ def encode_job(
 
     ``request_id``: the request the job is for (every line it writes carries it); by default the one queuing it.
     """
-    raw = job_cls.encode_data(data)
+    (job,) = encode_jobs(
+        settings, job_cls, [(data, deduplication_id, request_id)], retry_limit=retry_limit, delay=delay
+    )
+    return job
+
+
+def encode_jobs(
+    settings: Settings,
+    job_cls: type[Job[Any]],
+    items: Sequence[tuple[Any, str | None, JobRequestId]],
+    *,
+    retry_limit: int | None = None,
+    delay: timedelta | None = None,
+) -> list[EncodedJob]:
+    """``encode_job`` for several jobs of one class, each (data, deduplication id, request id).
+
+    The class's retry policy and the lifetime it gives a job are worked out once
+    for all of them (the recovery cron queues pages of 500).
+    """
     policy = job_cls.retry_policy(settings)
     limit = policy.retry_limit if retry_limit is None else retry_limit
-    now = timestamp_ms()
-    return EncodedJob(
-        name=job_cls.name(),
-        queue=str(job_cls.queue),
-        job_id=namespaced(settings, deduplication_id or uuid.uuid4().hex),
-        data=raw,
-        retry_limit=limit,
-        run_at_ms=now + (to_ms(delay) or 0),
-        expires_after_ms=to_ms(expires_after_seconds(policy, limit, 0.0)),
-        enqueued_ms=now,
-        request_id=request_id_for_job(request_id),
-    )
+    expires_after_ms = to_ms(expires_after_seconds(policy, limit, 0.0))
+    name, queue, now = job_cls.name(), str(job_cls.queue), timestamp_ms()
+    run_at_ms = now + (to_ms(delay) or 0)
+    return [
+        EncodedJob(
+            name=name,
+            queue=queue,
+            job_id=namespaced(settings, deduplication_id or uuid.uuid4().hex),
+            data=job_cls.encode_data(data),
+            retry_limit=limit,
+            run_at_ms=run_at_ms,
+            expires_after_ms=expires_after_ms,
+            enqueued_ms=now,
+            request_id=request_id_for_job(request_id),
+        )
+        for data, deduplication_id, request_id in items
+    ]
 
 
 def job_kwargs(job: EncodedJob) -> dict[str, Any]:
