@@ -143,12 +143,16 @@ async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, *, c
     drained = Drained(
         events, customers, ended - started, len(times), stub.rate_limited, _most_in_one_second(times), cpu
     )
+    # Where the drain time went: the calls' span against the drain's (a tail after the last call is the worker's
+    # own work on events that needed no call).
+    last_call = max(times) - started if times else 0.0
     await _check(run, expected, drained, label)
     run.log(
         f"  stripe backlog {label}: {events} events of {customers} customers in {drained.seconds:.1f} s; "
         f"{drained.calls} Stripe calls ({drained.calls_per_customer:.2f} per customer, peak "
         f"{drained.peak_per_second}/s), {drained.rate_limited} answered 429; drain / (calls / "
-        f"{BUDGET_PER_SECOND} per s) = {drained.drain_ratio:.2f}; worker CPU {cpu / events * 1000:.1f} ms per event"
+        f"{BUDGET_PER_SECOND} per s) = {drained.drain_ratio:.2f}; last call {last_call:.1f} s after the release; "
+        f"worker CPU {cpu / events * 1000:.1f} ms per event"
     )
     await run.reset_inbox()
     return drained
