@@ -58,6 +58,7 @@ async def _customer_changed(context: WebhookContext) -> None:
         customer_id,
         settings.free_plan_member_limit,
         received_at=received_at,
+        may_park=True,  # a burst or backlog of reads parks in the budget instead of holding the worker's slots
     )
     await _after_sync(context, result)
 

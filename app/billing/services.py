@@ -81,7 +81,12 @@ def billing_columns(billing: CustomerBilling) -> dict[str, Any]:
 
 
 async def _sync_locked(
-    session: AsyncSession, workspace: Workspace, gateway: StripeGateway, free_plan_member_limit: int
+    session: AsyncSession,
+    workspace: Workspace,
+    gateway: StripeGateway,
+    free_plan_member_limit: int,
+    *,
+    may_park: bool = False,
 ) -> BillingSync:
     """Read Stripe and write what it says; ``billing_synced_at`` is when the read began, by the database's clock.
 
@@ -90,7 +95,7 @@ async def _sync_locked(
     """
     assert workspace.stripe_customer_id is not None
     read_from = await session.scalar(_READ_BEGINS)
-    billing = await gateway.customer_billing(workspace.stripe_customer_id)
+    billing = await gateway.customer_billing(workspace.stripe_customer_id, may_park=may_park)
     for name, value in billing_columns(billing).items():
         setattr(workspace, name, value)
     workspace.billing_synced_at = read_from
@@ -129,12 +134,15 @@ async def sync_customer(
     free_plan_member_limit: int,
     *,
     received_at: datetime | None = None,
+    may_park: bool = False,
 ) -> BillingSync | None:
     """Copy the customer's current billing state onto its workspace, under the workspace's row lock.
 
     ``received_at``: when the event asking for it arrived; if a read began
     since, nothing is read (``read_since``) and None is returned, as when the
-    customer is linked to no workspace.
+    customer is linked to no workspace. ``may_park``: a webhook's job, which
+    may come back for its turn of the Stripe budget (its transaction then
+    rolls back and its locks go; see ``StripeBudget.acquire``).
     """
     await lock_customer(session, customer_id)
     locked = (await session.execute(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id})).first()
@@ -147,7 +155,7 @@ async def sync_customer(
     # Locked above; loaded whole only when it is read (the row as committed before the lock was granted).
     workspace = await session.get(Workspace, locked.id, populate_existing=True)
     assert workspace is not None
-    return await _sync_locked(session, workspace, gateway, free_plan_member_limit)
+    return await _sync_locked(session, workspace, gateway, free_plan_member_limit, may_park=may_park)
 
 
 async def _lock_referenced_workspace(session: AsyncSession, session_id: str, reference: str) -> Workspace:

@@ -94,10 +94,17 @@ class StripeGateway:
     async def close(self) -> None:
         await self._http.close_async()
 
-    async def customer_billing(self, customer_id: str) -> CustomerBilling:
-        """One call when the customer has a current subscription (they come expanded), two when it has none."""
+    async def customer_billing(self, customer_id: str, *, may_park: bool = False) -> CustomerBilling:
+        """One call when the customer has a current subscription (they come expanded), two when it has none.
+
+        ``may_park``: the caller is a job that may come back for its turn of the budget (``BudgetParked``).
+        """
         customer = await self._get(
-            "customers.retrieve", f"customer {customer_id}", _path("customers", customer_id), expand=["subscriptions"]
+            "customers.retrieve",
+            f"customer {customer_id}",
+            _path("customers", customer_id),
+            park_key=f"customer:{customer_id}" if may_park else None,
+            expand=["subscriptions"],
         )
         if customer.get("deleted"):
             return CustomerBilling(customer_id, deleted=True, subscriptions=())
@@ -105,7 +112,7 @@ class StripeGateway:
         if not any(sub.get("status") in _CURRENT for sub in listed):
             # No current one: the newest of any state is shown (a cancellation stays visible).
             what = f"subscriptions of customer {customer_id}"
-            everything = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
+            everything: dict[str, Any] = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
             listed = (await self._get("subscriptions.list", what, "/v1/subscriptions", **everything))["data"]
         newest_first = sorted(listed, key=lambda sub: sub.get("created") or 0, reverse=True)
         return CustomerBilling(customer_id, False, tuple(parse_subscription(sub) for sub in newest_first))
@@ -176,14 +183,17 @@ class StripeGateway:
             return known
         return parse_charge(await self._get("charges.retrieve", f"charge {charge_id}", _path("charges", charge_id)))
 
-    async def _get(self, operation: str, what: str, path: str, **params: Any) -> dict[str, Any]:
+    async def _get(
+        self, operation: str, what: str, path: str, *, park_key: str | None = None, **params: Any
+    ) -> dict[str, Any]:
         """One GET through the budget, as the JSON Stripe sent; a 429 is waited out and the call made again.
 
-        ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages.
+        ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages;
+        ``park_key``: see ``StripeBudget.acquire``.
         """
         started = time.monotonic()
         while True:
-            STRIPE_BUDGET_WAIT.observe(await self.budget.acquire())
+            STRIPE_BUDGET_WAIT.observe(await self.budget.acquire(park_key))
             try:
                 response = await self._client.raw_request_async("get", path, **params)
             except stripe.StripeError as exc:
@@ -197,6 +207,7 @@ class StripeGateway:
                 logger.warning(
                     "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.", what, wait
                 )
+                park_key = None  # told to wait: this attempt waits it out and reads again (SPEC 10)
                 continue
             child(STRIPE_REQUESTS, operation, "200").inc()
             data: dict[str, Any] = response.data

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from typing import ClassVar
+
 
 class PermanentError(Exception):
     """Retrying cannot help (a 4xx from an external API, invalid data): fail now, no retry."""
@@ -9,6 +12,9 @@ class PermanentError(Exception):
 
 class RetryLater(Exception):
     """Retry after a delay the remote side asked for (HTTP 429 ``Retry-After``)."""
+
+    log_level: ClassVar[int] = logging.WARNING
+    """How the deferral is logged: a subclass that is routine (not a sign of trouble) logs it at info."""
 
     def __init__(self, message: str, *, after_seconds: float) -> None:
         super().__init__(message)

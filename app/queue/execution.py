@@ -73,8 +73,13 @@ async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *,
             _count(name, "failed" if delay is None else "retry", started)
             if delay is not None and isinstance(exc, RetryLater):
                 # The remote side asked to be called later (a 429): expected, so not a fault to report.
-                logger.warning(
-                    "Job %s deferred on %s: %s; tried again in %.1f s.", name, _describe_tries(context), exc, delay
+                logger.log(
+                    exc.log_level,
+                    "Job %s deferred on %s: %s; tried again in %.1f s.",
+                    name,
+                    _describe_tries(context),
+                    exc,
+                    delay,
                 )
             else:
                 _log_and_report(context, name, exc, started, final=final, delay=delay)

@@ -11,17 +11,25 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import pytest
+from arq import Retry
 
-from app.billing.budget import StripeBudget
+from app.billing.budget import BudgetParked, StripeBudget
 from app.billing.stripe_gateway import stripe_gateway
 from app.core.redis import make_redis
 from app.core.resources import Resources
+from app.testing import read_inbox_row
 from app.testing.processes import free_port
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from app.webhooks.processing import process_event
-from tests.billing.conftest import OpenResources, subscription_delivery, wait_for_stub_request, workspace_row
+from tests.billing.conftest import (
+    OpenResources,
+    subscription_delivery,
+    wait_for_stub_request,
+    worker_try,
+    workspace_row,
+)
 from tests.factories import WorkspaceFactory, persist
 from tests.processes import wait_for, worker_starter
 
@@ -118,6 +126,41 @@ async def test_an_event_sent_during_a_read_is_read_again(
     await asyncio.gather(process_event(first, early), later_change())
     assert len(stripe_stub.requests) == 2
     assert (await workspace_row(first, linked_workspace.id)).member_limit == 9  # type: ignore[attr-defined]
+
+
+async def test_a_read_that_would_wait_for_its_turn_parks_and_the_customer_s_other_events_park_behind_it(
+    open_resources: OpenResources, stripe_stub: StripeStub, linked_workspace: object, webhook_secrets: dict[str, str]
+) -> None:
+    """The next turn is a second away: the event gives its worker slot back (BudgetParked, the attempt given
+    back) with that turn kept for its customer; another event of the customer parks until just after it without
+    taking a turn of its own. Back at the turn, the first reads; the second finds the read made: one read."""
+    worker = await open_resources(STRIPE_API_RATE_LIMIT_PER_SECOND="1")
+    stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=5)
+    budget = stripe_gateway(worker).budget
+    await budget.acquire()  # another caller's turn: the next one is a second from now
+    secret = webhook_secrets["stripe"]
+    first, second = (subscription_delivery(secret, "cus_linked", id="sub_1") for _ in range(2))
+
+    parked = await worker_try(worker, first, attempt=1)
+    behind = await worker_try(worker, second, attempt=1)
+
+    assert isinstance(parked, Retry) and isinstance(parked.__cause__, BudgetParked)
+    assert isinstance(behind, Retry) and isinstance(behind.__cause__, BudgetParked)
+    first_back, second_back = ((retry.defer_score or 0) / 1000 for retry in (parked, behind))
+    assert 0.5 < first_back < 1.0 < second_back < 2.0  # just before the turn; just after it
+    assert await budget.redis.zcard(budget.log_key) == 2  # the other caller's turn and the first event's only
+    assert stripe_stub.requests == []
+
+    await asyncio.sleep(first_back)
+    assert await worker_try(worker, first, attempt=2) is None
+    await asyncio.sleep(second_back - first_back)
+    assert await worker_try(worker, second, attempt=2) is None
+
+    assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"]
+    for delivery in (first, second):
+        row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
+        assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
+    assert (await workspace_row(worker, linked_workspace.id)).member_limit == 5  # type: ignore[attr-defined]
 
 
 async def test_callers_waiting_for_the_budget_are_given_their_turns_and_never_exceed_it(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from arq import Retry
 
-from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError
+from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, BudgetParked
 from app.billing.stripe_gateway import stripe_gateway
 from app.core.resources import Resources
 from app.identity.models import Workspace
@@ -178,7 +179,7 @@ async def test_a_429_longer_than_an_attempt_may_wait_is_retried_later_without_co
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
 
 
-async def test_a_budget_wait_longer_than_an_attempt_may_wait_is_retried_later_without_counting_an_attempt(
+async def test_a_budget_paused_longer_than_a_read_may_wait_parks_the_event_without_counting_an_attempt(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
     stripe_stub.put_subscription("cus_linked", quantity=3)
@@ -187,10 +188,13 @@ async def test_a_budget_wait_longer_than_an_attempt_may_wait_is_retried_later_wi
     delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
 
     first = await worker_try(worker, delivery, attempt=1)
-    assert isinstance(first, Retry) and isinstance(first.__cause__, BudgetExhaustedError)
+    assert isinstance(first, Retry) and isinstance(first.__cause__, BudgetParked)
+    assert 40 < (first.defer_score or 0) / 1000 <= 45  # back when the pause is over
     assert stripe_stub.requests == []
     row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
     assert row is not None and not row.processed and row.attempts == 0 and row.last_error is None
+    with pytest.raises(BudgetExhaustedError):  # a caller that may not park (a command) gives up at once
+        await budget.acquire()
 
     await budget.pause(0.001)  # the pause is over
     await asyncio.sleep(0.01)
