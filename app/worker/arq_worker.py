@@ -97,20 +97,28 @@ class _Functions(dict[str, Any]):
         return _unknown_job(name, self.queue)
 
 
-# The due jobs of a queue, oldest first, that no worker runs (no in-progress key), at most ARGV[4] of them,
-# looked for among the first ARGV[2]: arq keeps a running job in the queue until it ends.
+# The due jobs of a queue that no worker runs (no in-progress key), at most ARGV[4] of them: first, up to half of
+# them, those due within the last ARGV[5] ms, then the oldest; each looked for among the first ARGV[2] of its kind
+# (arq keeps a running job in the queue until it ends).
 _PICK_LUA = """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-local picked = {}
+local picked, taken = {}, {}
 local wanted = tonumber(ARGV[4])
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', ARGV[3] .. id) == 0 then
-    picked[#picked + 1] = id
-    if #picked >= wanted then break end
+local function pick(ids, up_to)
+  for _, id in ipairs(ids) do
+    if #picked >= up_to then return end
+    if not taken[id] and redis.call('EXISTS', ARGV[3] .. id) == 0 then
+      picked[#picked + 1] = id
+      taken[id] = true
+    end
   end
 end
+local now = tonumber(ARGV[1])
+pick(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[5]), now, 'LIMIT', 0, ARGV[2]), math.ceil(wanted / 2))
+pick(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2]), wanted)
 return picked
 """
+JUST_DUE_MS = 1000
+"""A job due this recently starts before the older backlog (up to half the free slots), see ``_QueueWorker``."""
 
 
 class _QueueWorker(Worker):
@@ -124,6 +132,12 @@ class _QueueWorker(Worker):
     the jobs behind them waited. One script call instead reads the due jobs
     that are not running, no more than the free slots; arq's own check still
     guards each start (another worker may take one in between).
+
+    Jobs that became due in the last second start first, on up to half of the
+    free slots, then the oldest: a job deferred to a time (a Stripe read parked
+    until its turn of the budget, a retry after its backoff) runs when it is
+    due instead of behind the whole backlog it left, and the backlog keeps the
+    other half. Jobs of one queue are never promised an order.
 
     ``_poll_iteration`` is arq 0.28.0's (pinned in constraints.txt) but for that.
     """
@@ -151,7 +165,7 @@ class _QueueWorker(Worker):
         if self._pick is None:
             self._pick = self.pool.register_script(_PICK_LUA)
         free = min(count, self.max_jobs - self.job_counter)
-        args = [timestamp_ms(), count, in_progress_key_prefix, free]
+        args = [timestamp_ms(), count, in_progress_key_prefix, free, JUST_DUE_MS]
         picked: list[bytes] = await self._pick(keys=[self.queue_name], args=args)
         return picked
 

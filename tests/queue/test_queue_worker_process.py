@@ -6,6 +6,7 @@ import asyncio
 import signal
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from app.core.resources import Resources
@@ -99,6 +100,26 @@ async def test_two_workers_share_200_jobs_and_never_run_one_twice_at_once(
     assert len(ends) == 200 and all(line["duration_ms"] >= 20 for line in ends)
     starts = [line for line in in_job if str(line["event"]).startswith("Job RecordJob started")]
     assert len(starts) == 200 and {line["attempt"] for line in starts} == {1}
+
+
+async def test_a_job_that_just_became_due_starts_before_the_older_backlog(
+    events_table: Resources, start_worker: Callable[..., Any]
+) -> None:
+    """A job deferred to a time (a Stripe read parked until its turn, a retry after its backoff) starts when it
+    is due, not behind the backlog queued before it; the backlog keeps the other half of the free slots."""
+    resources = events_table
+    await start_worker(WORKER_MAX_JOBS="2")
+    backlog = [f"backlog-{n}" for n in range(60)]  # 3 s of work on two slots
+    await resources.queue.add_many(RecordJob, [(RecordData(key=k, sleep_seconds=0.1), k) for k in backlog])
+    await resources.queue.add(RecordJob, RecordData(key="due-later"), delay=timedelta(seconds=1.5))
+
+    async def all_ended() -> bool:
+        return len([e for e in await fetch_events(resources) if e["event"] == "end"]) >= 61
+
+    await wait_for(all_ended, 30, "the backlog and the deferred job to end")
+    starts = [e["key"] for e in await fetch_events(resources) if e["event"] == "start"]
+    assert len(starts) == 61
+    assert starts.index("due-later") < 61 - 15  # about 30 of the backlog started before it, not all 60
 
 
 async def test_sigterm_lets_the_running_job_finish_then_exits_0(
