@@ -126,6 +126,7 @@ class BudgetParked(RetryLater):
     """
 
     log_level = logging.INFO
+    counts_as_try = False  # a customer's events may park behind each other's turns: not tries of the job
 
 
 @dataclass

@@ -15,6 +15,8 @@ class RetryLater(Exception):
 
     log_level: ClassVar[int] = logging.WARNING
     """How the deferral is logged: a subclass that is routine (not a sign of trouble) logs it at info."""
+    counts_as_try: ClassVar[bool] = True
+    """False: the worker gives the try back (a job waiting for a turn it holds has not tried), up to a bound."""
 
     def __init__(self, message: str, *, after_seconds: float) -> None:
         super().__init__(message)

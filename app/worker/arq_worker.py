@@ -14,14 +14,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, retry_key_prefix
 from arq.utils import timestamp_ms
-from arq.worker import Function, Worker, func
+from arq.worker import Function, Retry, Worker, func
 
 from app.core.request_context import bound_request_id
 from app.core.sentry import report_exception
 from app.queue.arq_driver import make_arq_redis, queue_key
-from app.queue.errors import UnknownJobError
+from app.queue.errors import RetryLater, UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
 from app.queue.registry import JobRegistry
@@ -51,7 +51,13 @@ def arq_function(job_cls: type[Job[Any]], resources: Resources) -> Function:
         limit = policy.retry_limit if retry_limit is None else retry_limit
         context = JobContext(resources, ctx["job_id"], ctx["job_try"], limit, job_cls.queue)
         with bound_request_id(request_id):
-            await run_attempt(context, job_cls, raw)
+            try:
+                await run_attempt(context, job_cls, raw)
+            except Retry as retry:
+                deferral = retry.__cause__
+                if isinstance(deferral, RetryLater) and not deferral.counts_as_try:
+                    await _give_try_back(ctx["redis"], ctx["job_id"])
+                raise
 
     run.__qualname__ = job_cls.name()
     return func(
@@ -61,6 +67,25 @@ def arq_function(job_cls: type[Job[Any]], resources: Resources) -> Function:
         timeout=policy.timeout_seconds + ARQ_TIMEOUT_MARGIN_SECONDS,
         max_tries=ARQ_MAX_TRIES,
     )
+
+
+# arq counts a job's tries in ``arq:retry:<job id>`` (INCR at each start, dropped when the job ends). A try given
+# back is a DECR of it, at most MAX_TRIES_GIVEN_BACK times per job (counted beside it, kept as long).
+MAX_TRIES_GIVEN_BACK = 100
+_GIVE_TRY_BACK_LUA = """
+local given = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], 88400)
+if given <= tonumber(ARGV[1]) then
+  redis.call('DECR', KEYS[1])
+end
+return given
+"""
+
+
+async def _give_try_back(redis: Any, job_id: str) -> None:
+    """The try does not count (the job waited for a turn it holds); past the bound it counts again."""
+    keys = [retry_key_prefix + job_id, f"{retry_key_prefix}{job_id}:given-back"]
+    await redis.eval(_GIVE_TRY_BACK_LUA, len(keys), *keys, MAX_TRIES_GIVEN_BACK)
 
 
 def rerun_after_kill_seconds(job_cls: type[Job[Any]], resources: Resources) -> int:

@@ -39,6 +39,12 @@ class RecordData(msgspec.Struct, frozen=True):
     fail_times: int = 0  # the first N tries raise
     retry_later_seconds: float = 0.0  # if set, those tries raise RetryLater with this delay
     permanent: bool = False
+    wait_turns: int = 0  # the first N runs wait for a turn (a RetryLater that is not a try, as the Stripe budget's)
+
+
+class WaitingForTurn(RetryLater):
+    log_level = logging.INFO
+    counts_as_try = False
 
 
 class RecordJob(Job[RecordData]):
@@ -56,11 +62,18 @@ class RecordJob(Job[RecordData]):
             await asyncio.sleep(data.sleep_seconds)
         if data.permanent:
             raise PermanentError(f"planned permanent failure of {data.key}")
+        if data.wait_turns and await self.starts(data.key) <= data.wait_turns:
+            raise WaitingForTurn(f"planned wait for a turn of {data.key}", after_seconds=0.1)
         if self.context.attempt <= data.fail_times and data.retry_later_seconds:
             raise RetryLater(f"planned retry-later of {data.key}", after_seconds=data.retry_later_seconds)
         if self.context.attempt <= data.fail_times:
             raise RuntimeError(f"planned failure {self.context.attempt} of {data.key}")
         await self.record(data.key, "end")
+
+    async def starts(self, key: str) -> int:
+        async with self.resources.db.session() as session:
+            query = "SELECT count(*) FROM queue_test_event WHERE key = :k AND event = 'start'"
+            return int(await session.scalar(text(query), {"k": key}) or 0)
 
     async def record(self, key: str, event: str) -> None:
         async with self.resources.db.session() as session:

@@ -80,21 +80,23 @@ async def test_retry_limit_permanent_error_and_one_sentry_error_per_failed_try(
     await queue.add(RecordJob, RecordData(key="perm", permanent=True), retry_limit=5, deduplication_id="perm")
     later = RecordData(key="later", fail_times=1, retry_later_seconds=0.2)  # a 429: deferred, not a fault
     await queue.add(RecordJob, later, retry_limit=3, deduplication_id="later")
+    turns = RecordData(key="turns", wait_turns=3)  # waits for a turn three times: not tries, so not its last
+    await queue.add(RecordJob, turns, retry_limit=1, deduplication_id="turns")
 
     async def settled() -> bool:
-        states = [await queue.state(key) for key in ("always", "once", "perm", "later")]
-        return states == ["absent"] * 4
+        states = [await queue.state(key) for key in ("always", "once", "perm", "later", "turns")]
+        return states == ["absent"] * 5
 
     await wait_for(settled, 20, "the three jobs to finish or fail for good")
     await wait_for(lambda: len(sentry_stub.events) >= 5, 10, "five Sentry events")
 
     starts = {
         key: [e["attempt"] for e in await fetch_events(resources) if e["key"] == key and e["event"] == "start"]
-        for key in ("always", "once", "perm", "later")
+        for key in ("always", "once", "perm", "later", "turns")
     }
-    assert starts == {"always": [1, 2, 3], "once": [1, 2], "perm": [1], "later": [1, 2]}
+    assert starts == {"always": [1, 2, 3], "once": [1, 2], "perm": [1], "later": [1, 2], "turns": [1, 1, 1, 1]}
     ends = [e["key"] for e in await fetch_events(resources) if e["event"] == "end"]
-    assert sorted(ends) == ["later", "once"]
+    assert sorted(ends) == ["later", "once", "turns"]
 
     always = _job_events(sentry_stub, "of always")
     assert sorted(str(e["tags"]["attempt"]) for e in always) == ["1", "2", "3"]
@@ -112,7 +114,11 @@ async def test_retry_limit_permanent_error_and_one_sentry_error_per_failed_try(
     assert len(sentry_stub.events) == 5
 
     deferred = [line for line in worker.lines() if "deferred on attempt" in str(line.get("event"))]
-    assert [(line["level"], "of later" in line["event"]) for line in deferred] == [("warning", True)]
+    assert [(line["level"], "of later" in line["event"]) for line in deferred if line["level"] == "warning"] == [
+        ("warning", True)
+    ]
+    waits = [line for line in deferred if "of turns" in line["event"]]
+    assert [(line["level"], line["attempt"]) for line in waits] == [("info", 1)] * 3
 
     failures = [line["event"] for line in worker.lines() if "failed on attempt" in str(line.get("event"))]
     assert any("attempt 3 of 3 (final: no retries left)" in line for line in failures)
