@@ -15,7 +15,7 @@ A caller that may give its job's slot back (a webhook's customer read,
 ``park_key`` naming the customer) is not kept waiting in its slot past
 ``PARK_AFTER_SECONDS``: its turn stays reserved under that key and it raises
 ``BudgetParked``, so the job comes back just before its turn (a worker starts
-a job that just became due before older ones) and the worker's slot serves
+a job whose turn has come before older ones) and the worker's slot serves
 other events meanwhile. While a backlog drains, the events that need no read,
 and other providers' events, are then not stuck behind reads waiting for the
 budget. Every other event of that customer that asks meanwhile parks until

@@ -56,7 +56,8 @@ def arq_function(job_cls: type[Job[Any]], resources: Resources) -> Function:
             except Retry as retry:
                 deferral = retry.__cause__
                 if isinstance(deferral, RetryLater) and not deferral.counts_as_try:
-                    await _give_try_back(ctx["redis"], ctx["job_id"])
+                    due_ms = timestamp_ms() + (retry.defer_score or 0)
+                    await _wait_for_turn(ctx["redis"], ctx["job_id"], turns_key(resources, job_cls.queue), due_ms)
                 raise
 
     run.__qualname__ = job_cls.name()
@@ -69,23 +70,31 @@ def arq_function(job_cls: type[Job[Any]], resources: Resources) -> Function:
     )
 
 
-# arq counts a job's tries in ``arq:retry:<job id>`` (INCR at each start, dropped when the job ends). A try given
-# back is a DECR of it, at most MAX_TRIES_GIVEN_BACK times per job (counted beside it, kept as long).
+# A job that waits for a turn it holds (``RetryLater.counts_as_try`` False: a Stripe read parked until its turn of
+# the budget) has not tried: arq's count of its tries (``arq:retry:<job id>``, INCR at each start, dropped when the
+# job ends) is given back, a DECR, at most MAX_TRIES_GIVEN_BACK times per job (counted beside it, kept as long).
+# And its turn is noted in the queue's turns set, so that a worker starts it when the turn comes (``_PICK_LUA``)
+# instead of behind every job that was due before it.
 MAX_TRIES_GIVEN_BACK = 100
-_GIVE_TRY_BACK_LUA = """
+_WAIT_FOR_TURN_LUA = """
 local given = redis.call('INCR', KEYS[2])
 redis.call('EXPIRE', KEYS[2], 88400)
 if given <= tonumber(ARGV[1]) then
   redis.call('DECR', KEYS[1])
 end
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
 return given
 """
 
 
-async def _give_try_back(redis: Any, job_id: str) -> None:
-    """The try does not count (the job waited for a turn it holds); past the bound it counts again."""
-    keys = [retry_key_prefix + job_id, f"{retry_key_prefix}{job_id}:given-back"]
-    await redis.eval(_GIVE_TRY_BACK_LUA, len(keys), *keys, MAX_TRIES_GIVEN_BACK)
+def turns_key(resources: Resources, queue: str) -> str:
+    """The sorted set of a queue's jobs waiting for a turn (scores: when, epoch ms)."""
+    return queue_key(resources.settings, queue) + ":turns"
+
+
+async def _wait_for_turn(redis: Any, job_id: str, turns: str, due_ms: int) -> None:
+    keys = [retry_key_prefix + job_id, f"{retry_key_prefix}{job_id}:given-back", turns]
+    await redis.eval(_WAIT_FOR_TURN_LUA, len(keys), *keys, MAX_TRIES_GIVEN_BACK, due_ms, job_id)
 
 
 def rerun_after_kill_seconds(job_cls: type[Job[Any]], resources: Resources) -> int:
@@ -122,28 +131,33 @@ class _Functions(dict[str, Any]):
         return _unknown_job(name, self.queue)
 
 
-# The due jobs of a queue that no worker runs (no in-progress key), at most ARGV[4] of them: first, up to half of
-# them, those due within the last ARGV[5] ms, then the oldest; each looked for among the first ARGV[2] of its kind
-# (arq keeps a running job in the queue until it ends).
+# The due jobs of a queue that no worker runs (no in-progress key), at most ARGV[4] of them, looked for among the
+# first ARGV[2] (arq keeps a running job in the queue until it ends): first those whose turn has come (KEYS[2],
+# see _WAIT_FOR_TURN_LUA; an entry is dropped once its job is started, gone or deferred again), then the oldest.
 _PICK_LUA = """
+local now, wanted = tonumber(ARGV[1]), tonumber(ARGV[4])
 local picked, taken = {}, {}
-local wanted = tonumber(ARGV[4])
-local function pick(ids, up_to)
-  for _, id in ipairs(ids) do
-    if #picked >= up_to then return end
-    if not taken[id] and redis.call('EXISTS', ARGV[3] .. id) == 0 then
-      picked[#picked + 1] = id
-      taken[id] = true
-    end
+local function free(id)
+  return not taken[id] and redis.call('EXISTS', ARGV[3] .. id) == 0
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, ARGV[2])) do
+  if #picked >= wanted then break end
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], id))
+  redis.call('ZREM', KEYS[2], id)
+  if score and score <= now and free(id) then
+    picked[#picked + 1] = id
+    taken[id] = true
   end
 end
-local now = tonumber(ARGV[1])
-pick(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[5]), now, 'LIMIT', 0, ARGV[2]), math.ceil(wanted / 2))
-pick(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2]), wanted)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])) do
+  if #picked >= wanted then break end
+  if free(id) then
+    picked[#picked + 1] = id
+    taken[id] = true
+  end
+end
 return picked
 """
-JUST_DUE_MS = 1000
-"""A job due this recently starts before the older backlog (up to half the free slots), see ``_QueueWorker``."""
 
 
 class _QueueWorker(Worker):
@@ -158,11 +172,10 @@ class _QueueWorker(Worker):
     that are not running, no more than the free slots; arq's own check still
     guards each start (another worker may take one in between).
 
-    Jobs that became due in the last second start first, on up to half of the
-    free slots, then the oldest: a job deferred to a time (a Stripe read parked
-    until its turn of the budget, a retry after its backoff) runs when it is
-    due instead of behind the whole backlog it left, and the backlog keeps the
-    other half. Jobs of one queue are never promised an order.
+    A job whose turn has come (a Stripe read parked until its turn of the
+    budget) starts before the oldest due jobs: it would otherwise wait behind
+    the backlog it left, and its turn pass unused. Every other job starts
+    oldest first, as arq starts them.
 
     ``_poll_iteration`` is arq 0.28.0's (pinned in constraints.txt) but for that.
     """
@@ -190,8 +203,8 @@ class _QueueWorker(Worker):
         if self._pick is None:
             self._pick = self.pool.register_script(_PICK_LUA)
         free = min(count, self.max_jobs - self.job_counter)
-        args = [timestamp_ms(), count, in_progress_key_prefix, free, JUST_DUE_MS]
-        picked: list[bytes] = await self._pick(keys=[self.queue_name], args=args)
+        args = [timestamp_ms(), count, in_progress_key_prefix, free]
+        picked: list[bytes] = await self._pick(keys=[self.queue_name, f"{self.queue_name}:turns"], args=args)
         return picked
 
 

@@ -6,7 +6,6 @@ import asyncio
 import signal
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from app.core.resources import Resources
@@ -102,24 +101,30 @@ async def test_two_workers_share_200_jobs_and_never_run_one_twice_at_once(
     assert len(starts) == 200 and {line["attempt"] for line in starts} == {1}
 
 
-async def test_a_job_that_just_became_due_starts_before_the_older_backlog(
+async def test_a_job_waiting_for_its_turn_starts_when_the_turn_comes_not_behind_the_backlog(
     events_table: Resources, start_worker: Callable[..., Any]
 ) -> None:
-    """A job deferred to a time (a Stripe read parked until its turn, a retry after its backoff) starts when it
-    is due, not behind the backlog queued before it; the backlog keeps the other half of the free slots."""
+    """A job that waits for a turn it holds (a Stripe read parked until its turn of the budget) starts when the
+    turn comes, before the backlog that was due before it."""
     resources = events_table
     await start_worker(WORKER_MAX_JOBS="2")
-    backlog = [f"backlog-{n}" for n in range(60)]  # 3 s of work on two slots
+    turn = RecordData(key="turn", wait_turns=1, turn_after_seconds=1.5)
+    await resources.queue.add(RecordJob, turn, deduplication_id="turn")
+    await wait_for(lambda: _started(resources, "turn"), 10, "the job to ask for its turn")
+    backlog = [f"backlog-{n}" for n in range(60)]  # 3 s of work on two slots, all due before the turn comes
     await resources.queue.add_many(RecordJob, [(RecordData(key=k, sleep_seconds=0.1), k) for k in backlog])
-    await resources.queue.add(RecordJob, RecordData(key="due-later"), delay=timedelta(seconds=1.5))
 
     async def all_ended() -> bool:
         return len([e for e in await fetch_events(resources) if e["event"] == "end"]) >= 61
 
-    await wait_for(all_ended, 30, "the backlog and the deferred job to end")
+    await wait_for(all_ended, 30, "the backlog and the job to end")
     starts = [e["key"] for e in await fetch_events(resources) if e["event"] == "start"]
-    assert len(starts) == 61
-    assert starts.index("due-later") < 61 - 15  # about 30 of the backlog started before it, not all 60
+    assert starts[0] == "turn" and len(starts) == 62
+    assert starts.index("turn", 1) < 62 - 15  # about 30 of the backlog started before its turn came, not all 60
+
+
+async def _started(resources: Resources, key: str) -> bool:
+    return any(e["key"] == key and e["event"] == "start" for e in await fetch_events(resources))
 
 
 async def test_sigterm_lets_the_running_job_finish_then_exits_0(
