@@ -4,7 +4,7 @@
 this: unset ``DATABASE_URL``/``REDIS_URL`` point at the embedded servers under
 ``.data/`` (started if needed, left running for the next command; stop them
 with ``python -m tools.embedded down``), and the secrets `make dev` generated
-are loaded if present. Only `make dev` generates secrets (SPEC section 3).
+are loaded if present. Only `make dev` generates secrets (docs/configuration.md).
 """
 
 from __future__ import annotations

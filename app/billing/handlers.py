@@ -88,7 +88,7 @@ async def _fraud_warning_changed(context: WebhookContext) -> None:
     await sync_mirror(context.session, stripe_gateway(context.resources), "early_fraud_warning", warning_id)
 
 
-# SPEC section 10's list: the Stripe events billing handles, and so the ones the intake stores.
+# The Stripe events billing handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores.
 _ROUTES = EventRoutes(
     {
         "checkout.session.completed": _checkout_completed,

@@ -76,7 +76,7 @@ class ReconcileReport:
         return len({difference.workspace_id for difference in self.differences})
 
     def summary(self) -> str:
-        """The last line SPEC 4 gives: ``Reconciled N workspaces; M differed.``"""
+        """The command's last line (docs/operations.md): ``Reconciled N workspaces; M differed.``"""
         return f"Reconciled {self.reconciled} workspaces; {self.differed} differed."
 
 

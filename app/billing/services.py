@@ -34,7 +34,7 @@ from app.queue.errors import PermanentError
 
 logger = logging.getLogger(__name__)
 
-# SPEC: the member limit follows the seats of a subscription in one of these states.
+# The member limit follows the seats of a subscription in one of these states (docs/architecture.md, billing).
 CURRENT_STATUSES = frozenset({"active", "trialing", "past_due"})
 _MAX_BIGINT_DIGITS = 18
 # Advisory-lock class of Stripe customers (two-key locks: apart from every one-key lock, e.g. the inbox's).

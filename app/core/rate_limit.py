@@ -9,7 +9,7 @@ of the API hosts do not matter.
 Why a log and not something cheaper: a fixed window lets ~2x the limit through
 around a window boundary, and GCRA with a burst of ``limit`` also admits about
 twice the limit within one window. The log admits at most ``limit`` requests
-in *any* window-long interval, which is the contract in SPEC section 5. Its
+in *any* window-long interval, which is the intake's contract (docs/behaviour.md). Its
 cost is at most ``limit`` members per key, and only admitted requests are
 recorded, so a client that keeps hammering a closed window adds nothing.
 

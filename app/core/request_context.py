@@ -3,7 +3,7 @@
 The id is also kept in :data:`REQUEST_ID`, so what a request queues or stores
 can carry it on (``current_request_id``): a job queued during a request logs
 every line with the request's id, and an inbox event remembers the id of the
-delivery that stored it (SPEC 13, correlation).
+delivery that stored it (docs/operations.md, correlation).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Sentry set-up and the one way our code reports to it: the only module that imports ``sentry_sdk``.
 
 Reporting never raises: an alert that cannot be sent is logged and the code
-that raised it goes on (SPEC section 7).
+that raised it goes on (docs/operations.md, Sentry).
 
-Secrets and personal data stay home (SPEC section 13): no frame locals, no
+Secrets and personal data stay home (docs/operations.md): no frame locals, no
 request bodies, no auto-enabled integrations (Litestar's parsed every request
 body before our handler, answering a malformed one with a 500), and every
 event and breadcrumb is scrubbed of the values ``Settings.secret_values`` names.

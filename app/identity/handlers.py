@@ -67,7 +67,7 @@ def _by_action(apply: Callable[[WebhookContext, str], Awaitable[None]]) -> Calla
     return handle
 
 
-# SPEC section 11's list: the Clerk events identity handles, and so the ones the intake stores.
+# The Clerk events identity handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores.
 CLERK_EVENTS = EventRoutes(
     {
         "user.*": _by_action(_user),

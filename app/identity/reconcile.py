@@ -38,7 +38,7 @@ class IdentityReport:
     differed: int = 0
 
     def summary(self) -> str:
-        """The last line SPEC 4 gives: ``Reconciled N Clerk objects; M differed.``"""
+        """The command's last line (docs/operations.md): ``Reconciled N Clerk objects; M differed.``"""
         return f"Reconciled {self.reconciled} Clerk objects; {self.differed} differed."
 
 

@@ -2,7 +2,7 @@
 
 Identity owns them: the workspace's ``member_limit``, each member's
 ``suspended_at``, and ``ApplyWorkspaceMemberLimitJob``. Billing only says how
-many seats are paid for, through :func:`set_member_limit` (SPEC 6: the seat
+many seats are paid for, through :func:`set_member_limit` (the seat
 quantity of the current subscription, else ``FREE_PLAN_MEMBER_LIMIT``).
 """
 

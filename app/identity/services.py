@@ -20,7 +20,7 @@ early or repeated event does:
 
 Hence a live row converges to its newest change, and a deleted row stays
 deleted with the fields it held when its deletion arrived (which of its older
-changes came before the deletion decides them: SPEC section 11).
+changes came before the deletion decides them; docs/architecture.md, identity).
 """
 
 from __future__ import annotations

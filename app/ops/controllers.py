@@ -1,4 +1,4 @@
-"""``/ops``: the operations page (SPEC 13). Server-rendered, no JavaScript, nothing loaded from another host.
+"""``/ops``: the operations page (docs/operations.md). Server-rendered, no JavaScript, nothing loaded from another host.
 
 Its routes exist only when ``OPS_PASSWORD`` is set (otherwise ``/ops`` answers
 404). It reads through the inbox repository and acts through the same

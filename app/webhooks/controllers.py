@@ -1,4 +1,4 @@
-"""``POST /webhooks/<provider>``: one route per enabled provider, thin; the order of checks is SPEC section 5's.
+"""``POST /webhooks/<provider>``: one route per enabled provider, thin; the order of checks is docs/behaviour.md's.
 
 The provider's signature guard reads and verifies the body (404 for a
 provider switched off comes first: it has no route); the handler asks the

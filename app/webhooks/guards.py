@@ -1,7 +1,7 @@
 """The signature guard of a webhook route: reads the body once, verifies it, refuses what does not verify.
 
 It runs after routing, so a switched-off provider (no route) answers 404
-whatever the body (SPEC 5, step 1). Then, in SPEC 5's order: the body is read
+whatever the body (docs/behaviour.md, step 1). Then, in that page's order: the body is read
 within ``BODY_TIMEOUT_SECONDS`` and ``WEBHOOK_MAX_BODY_BYTES`` (408, 413), and
 the provider's verifier checks the signature over the exact bytes and parses
 the body once (400). What passes is left on the request for the route handler;

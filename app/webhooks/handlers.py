@@ -57,7 +57,7 @@ class WebhookContext:
         """Stage a follow-up job in the handler's transaction; the pipeline queues it right after its commit.
 
         If this process dies or Redis is away at that moment, a worker queues
-        it within seconds (``queue.add(..., session=...)``, SPEC 7).
+        it within seconds (``queue.add(..., session=...)``, docs/jobs.md).
         """
         return await self.resources.queue.add(
             job_cls,

@@ -1,4 +1,4 @@
-"""The intake service: what happens to a verified delivery, in the order of SPEC section 5 (steps 4 to 8).
+"""The intake service: what happens to a verified delivery, in the order docs/behaviour.md gives (steps 4 to 8).
 
 Rate limit (429), unhandled type (200, dropped), store once, then queue; never
 inside an uncommitted transaction, and a failed queueing still answers 200

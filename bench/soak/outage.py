@@ -1,4 +1,4 @@
-"""Fault: a webhook endpoint down longer than the providers retry (SPEC section 12's last row).
+"""Fault: a webhook endpoint down longer than the providers retry (docs/behaviour.md's last row).
 
 During ``outage_from``..``outage_to`` of the sending phase, ``outage_drop_share``
 of the events due (Stripe's and Clerk's) are dropped: never sent, never

@@ -2,7 +2,7 @@
 
 Before the Clerk reconciliation (``webhooks_alone``, on a snapshot), every
 entity none of whose events the endpoint outage dropped must already be what its
-events say (SPEC section 11's ordering rules): reconciliation must not be what
+events say (the ordering rules of docs/architecture.md, identity): reconciliation must not be what
 makes the webhook path look right. After it (``reconciled``), every entity must
 be as Clerk holds it (``ClerkControl``): one Clerk still has holds its newest
 version, not deleted; one Clerk no longer has holds one of its versions whole (or

@@ -1,4 +1,4 @@
-"""One Stripe API budget for the fleet, and reads coalesced per customer (SPEC section 10)."""
+"""One Stripe API budget for the fleet, and reads coalesced per customer (docs/architecture.md, billing)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Every request is unsigned, signed with a hostile body, signed and valid, over
 ``WEBHOOK_MAX_BODY_BYTES`` (413, whatever else it is), or sent to a second API
 whose providers are switched off (404, whatever the body); every body carries a
 planted string. The run asserts: no answer is a 5xx; the inbox holds exactly
-the valid signed events; Sentry received no event at all (SPEC 12: bad input is
+the valid signed events; Sentry received no event at all (docs/behaviour.md: bad input is
 never one), and no Sentry item and no log line carries a configured secret or
 the planted string.
 

@@ -1,4 +1,4 @@
-"""Every connection to Postgres carries TCP keepalives; the API's also carry a statement timeout (SPEC 12).
+"""Every connection to Postgres carries TCP keepalives; the API's also carry a statement timeout (docs/behaviour.md).
 
 A worker host that vanishes without closing its sockets must lose its locks
 within 60 s, and a stuck database must answer the API's statements with an

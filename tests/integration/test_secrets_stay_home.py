@@ -1,4 +1,4 @@
-"""No Sentry item or log line carries a configured secret or a request body (SPEC section 13)."""
+"""No Sentry item or log line carries a configured secret or a request body (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Refused deliveries are logged at most once per provider, reason and minute, each line counting those it
-summarises (SPEC 5)."""
+summarises (docs/behaviour.md)."""
 
 from __future__ import annotations
 

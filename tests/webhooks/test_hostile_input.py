@@ -1,4 +1,4 @@
-"""Hostile input at intake (SPEC 12, the rows added for it): a clear 4xx, nothing stored, never a 5xx."""
+"""Hostile input at intake (docs/behaviour.md, its rows for hostile input): a clear 4xx, nothing stored, never a 5xx."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ async def test_64_levels_and_numbers_postgres_cannot_hold_are_stored_as_the_work
 async def test_a_switched_off_route_answers_404_whatever_the_body_with_sentry_on(
     make_client: Any, sentry_enabled: SentryIngestStub, body: bytes
 ) -> None:
-    """SPEC 5: the switch comes before the size and the body; nothing reads it first (Sentry's Litestar
+    """docs/behaviour.md: the switch comes before the size and the body; nothing reads it first (Sentry's Litestar
     integration did: a 413 for 2 MB, a 500 for bad JSON) and nothing reaches Sentry."""
     client = await make_client(
         BILLING_PROVIDER="none",

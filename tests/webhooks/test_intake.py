@@ -1,4 +1,4 @@
-"""Intake: every row of SPEC section 12's table, asserting the answer, the inbox and the queue."""
+"""Intake: every row of docs/behaviour.md's table, asserting the answer, the inbox and the queue."""
 
 from __future__ import annotations
 
