@@ -207,7 +207,7 @@ class StripeGateway:
                 logger.warning(
                     "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.", what, wait
                 )
-                park_key = None  # told to wait: this attempt waits it out and reads again (a 429 is never the event's failure: docs/behaviour.md)
+                park_key = None  # told to wait: this attempt waits it out and reads again (docs/behaviour.md)
                 continue
             child(STRIPE_REQUESTS, operation, "200").inc()
             data: dict[str, Any] = response.data

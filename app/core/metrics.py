@@ -1,4 +1,4 @@
-"""Every metric the product exposes (docs/operations.md lists them), defined once, and their exposition in Prometheus' text format.
+"""Every metric the product exposes (listed in docs/operations.md), defined once, and their Prometheus exposition.
 
 Counters and histograms live in the process that counts them: the API (its
 deliveries) and each worker (processing, jobs, Stripe calls), each served at

@@ -1,4 +1,4 @@
-"""Transactional enqueue (docs/jobs.md, "With your transaction"): a job staged in a transaction is queued if and only if that transaction commits.
+"""Transactional enqueue (docs/jobs.md): a job staged in a transaction is queued if and only if it commits.
 
 ``stage`` adds a ``job_outbox`` row through the caller's session, so the job
 commits or rolls back with the caller's writes and survives the process dying
