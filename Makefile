@@ -12,11 +12,25 @@ LITESTAR := $(BIN)/litestar --app app.asgi:create_app
 # Commands that need Postgres/Redis run through this: embedded servers (and dev secrets) when no URLs are set.
 WITH_DEV_ENV := $(BIN)/python -m tools.dev_env --
 
-# Root installs Debian packages itself; anyone else through sudo.
+# Root installs Debian packages itself; anyone else through sudo. The script installs without recommends and
+# leaves no service started or enabled; apt's output is shown only when it fails.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) tools/install-debian-packages
+# The container engine's client: Debian's when installed (a newer one elsewhere on the PATH may require the
+# buildx plugin, which Debian does not ship).
+DOCKER ?= $(firstword $(wildcard /usr/bin/docker) docker)
+IMAGE ?= saas-jobs-inbox:latest
+PYTHON_IMAGE ?=
+# The CA bundle pip trusts while building the image, passed as a build secret (not kept in the image): the
+# system's, which holds a TLS-intercepting proxy's CA too. CA_BUNDLE= builds with pip's own.
+CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+comma := ,
+# The tests that need what system-deps installs: `make test NO_SYSTEM_DEPS=1` installs nothing and leaves them out.
+SYSTEM_DEP_TESTS := tests/ops/test_ops_page.py tests/ops/test_ops_retry_in_browser.py \
+	tests/ops/test_prometheus_scrape.py tests/deploy/test_monitoring.py
 
-.PHONY: install system-deps browser prometheus wrk dev api worker test screenshots lint format migrate \
-	retry-abandoned cli send-test-webhook stripe-stub bench soak clean
+.PHONY: install system-deps browser prometheus docker image wrk dev api worker test screenshots lint format migrate \
+	retry-abandoned cli psql send-test-webhook stripe-stub bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -d $(VENV) || { echo "Creating the virtual environment $(VENV)..."; $(PYTHON) -m venv $(VENV); }
@@ -30,18 +44,24 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 install: $(VENV)/.installed
 
 browser:  ## Debian's chromium, the browser the operations page is tested in (installed when missing)
-	@command -v chromium >/dev/null || { echo "Installing Debian's chromium (the browser tests use it)..."; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null || $(APT_INSTALL) "the operations page's browser tests use it" chromium
 
 prometheus:  ## Debian's prometheus and promtool, for the metrics and alert-rule tests (installed when missing)
-	@command -v promtool >/dev/null || { echo "Installing Debian's prometheus (the metrics tests use it)..."; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; }
+	@command -v promtool >/dev/null || $(APT_INSTALL) "the metrics and alert-rule tests use it" prometheus
+
+docker:  ## Debian's docker.io (dockerd 20.10, BuildKit) and mmdebstrap, for the image test (installed when missing)
+	@missing=; { command -v dockerd || test -x /usr/sbin/dockerd; } >/dev/null || missing=docker.io; \
+		command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
+		test -z "$$missing" || $(APT_INSTALL) "the image test builds and runs the production image" $$missing
 
 wrk:  ## Debian's wrk, the load generator of make bench's intake phases (installed when missing)
-	@command -v wrk >/dev/null || { echo "Installing Debian's wrk (make bench's load generator)..."; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+	@command -v wrk >/dev/null || $(APT_INSTALL) "make bench's load generator" wrk
 
-system-deps: browser prometheus
+system-deps: browser prometheus docker
+
+image:  ## the production image (deploy/Dockerfile) as IMAGE; PYTHON_IMAGE=another base, CA_BUNDLE=the CA pip trusts
+	DOCKER_BUILDKIT=1 $(DOCKER) build --network host -f deploy/Dockerfile $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
+		$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE)) -t $(IMAGE) .
 
 dev: install  ## API and worker together, embedded Postgres and Redis when no URLs are set
 	@HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m tools.dev
@@ -52,11 +72,12 @@ api: install  ## the API only
 worker: install  ## a worker for every queue, or QUEUES=a,b
 	@$(WITH_DEV_ENV) $(BIN)/python -m app.worker $(if $(QUEUES),--queues $(QUEUES))
 
-test: install system-deps  ## the whole suite against real Postgres, Redis, Chromium and Prometheus
+test: install $(if $(NO_SYSTEM_DEPS),,system-deps)  ## the whole suite against real Postgres, Redis, Chromium, Prometheus and a container engine
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
-		$(BIN)/pytest -n 2 -q -p no:cacheprovider $(PYTEST_ARGS)
+		$(BIN)/pytest -n 2 -q -p no:cacheprovider -p tools.pytest_paths \
+		$(if $(NO_SYSTEM_DEPS),$(addprefix --ignore=,$(SYSTEM_DEP_TESTS)) -m "not container") $(PYTEST_ARGS)
 
-screenshots: install system-deps  ## the operations page's pictures in docs/images, taken by its browser test
+screenshots: install browser  ## the operations page's pictures in docs/images, taken by its browser test
 	@mkdir -p docs/images
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
 		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
@@ -80,6 +101,9 @@ retry-abandoned: install
 
 cli: install  ## any Litestar CLI command against the dev services, e.g. make cli ARGS="webhooks list"
 	@$(WITH_DEV_ENV) $(LITESTAR) $(ARGS)
+
+psql: install  ## a psql shell on the development database (embedded when DATABASE_URL is unset); SQL="..." runs one statement
+	@$(BIN)/python -m tools.psql
 
 send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API; SAMPLE=checkout: the try-it pair
 	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) $(if $(SAMPLE),--sample $(SAMPLE)) --url http://$(HOST):$(PORT)

@@ -5,8 +5,10 @@
 Steps, one line each: load or generate `.data/dev-secrets.env` (with the generated Stripe key, the Stripe
 API is the local stub `make stripe-stub` serves); start embedded Postgres and Redis for
 whichever of DATABASE_URL / REDIS_URL is unset; run the migrations; start the API and the worker,
-each in its own process group. SIGINT, SIGTERM or SIGHUP is forwarded to both; whatever still runs
-after GRACE_SECONDS is killed; then the embedded servers are stopped (their data stays in `.data/`).
+each in its own process group; with OPS_PASSWORD set, print the operations page's URL. SIGINT, SIGTERM or
+SIGHUP is forwarded to both; whatever still runs after GRACE_SECONDS is killed; then the embedded servers
+this run started are stopped (their data stays in `.data/`). Servers that were running already (started by
+`make cli`, `make migrate`, ...) are left running, as they were found.
 If the API or the worker exits by itself, the other is stopped too and the exit status is 1.
 
 Overrides, mainly for tests: DEV_API_CMD, DEV_WORKER_CMD (argv, split like a shell would),
@@ -96,17 +98,27 @@ def use_local_stripe() -> str | None:
     return os.environ["STRIPE_API_BASE"]
 
 
+def _recorded_owner(data_dir: Path) -> tuple[int | None, bool]:
+    """The pid the owner file names (None: no file), and whether it is a live `make dev` supervisor."""
+    try:
+        pid = int((data_dir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None, False
+    try:
+        return pid, "tools.dev" in psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return pid, False
+
+
 def _claim(data_dir: Path) -> int | None:
     """Become the owner of the embedded servers, unless another live `make dev` is: a second
     supervisor sharing `.data/` must not stop the servers under the first one. Returns that
     other supervisor's pid, or None when we own them (including those a killed run left behind)."""
-    owner_file = data_dir / OWNER_FILE
-    with contextlib.suppress(OSError, ValueError, psutil.Error):
-        other = int(owner_file.read_text())
-        if other != os.getpid() and "tools.dev" in " ".join(psutil.Process(other).cmdline()):
-            return other
+    other, alive = _recorded_owner(data_dir)
+    if alive and other != os.getpid():
+        return other
     data_dir.mkdir(parents=True, exist_ok=True)
-    owner_file.write_text(str(os.getpid()))
+    (data_dir / OWNER_FILE).write_text(str(os.getpid()))
     return None
 
 
@@ -114,17 +126,28 @@ SERVICES = {
     "Postgres": ("DATABASE_URL", embedded.ensure_postgres),
     "Redis": ("REDIS_URL", embedded.ensure_redis),
 }
+RUNNING: dict[str, Callable[[Path], int | None]] = {
+    "Postgres": lambda data_dir: embedded._running_postgres(data_dir.resolve() / "postgres"),
+    "Redis": lambda data_dir: embedded._running_redis(data_dir.resolve() / "redis"),
+}
+"""The port of each embedded server of a data folder when it runs already, else None."""
 
 
-def _provide_services(data_dir: Path, wanted: list[str], shared_with: int | None) -> None:
-    """Point each unset URL (`wanted`) at an embedded server; report every service either way."""
+def _provide_services(data_dir: Path, wanted: list[str], shared_with: int | None, found: list[str]) -> None:
+    """Point each unset URL (`wanted`) at an embedded server; report every service either way.
+    `found`: the embedded servers that were running before this run, which it leaves running."""
     for label, (var, ensure) in SERVICES.items():
         if label not in wanted:
             where = urlsplit(os.environ[var])  # host and port only: the URL may hold a password
             _say(f"{label}: using {var} ({where.hostname}:{where.port or 'default port'})")
             continue
         os.environ[var] = ensure(data_dir)
-        note = f" (shared with make dev pid {shared_with}, which stops it)" if shared_with else ""
+        if shared_with:
+            note = f" (shared with make dev pid {shared_with}, which stops it)"
+        elif label in found:
+            note = " (running already: left running at exit)"
+        else:
+            note = ""
         _say(f"{label}: embedded at {os.environ[var]}{note}")
 
 
@@ -191,6 +214,8 @@ def _start_app(children: dict[str, subprocess.Popen[bytes]]) -> None:
         ]
     )
     _say(f"API: http://{host}:{port}")
+    if os.environ.get("OPS_PASSWORD"):
+        _say(f"Operations page: http://{host}:{port}/ops (log in with OPS_PASSWORD)")
     children["Worker"] = _spawn(shlex.split(worker) if worker else [sys.executable, "-m", "app.worker"])
     _say("Worker: started")
 
@@ -218,6 +243,8 @@ def main() -> int:
     data_dir = Path(os.environ.get("DEV_DATA_DIR") or ROOT / ".data").resolve()
     children: dict[str, subprocess.Popen[bytes]] = {}
     to_stop: list[str] = []
+    found: list[str] = []
+    owner = False
     forward, code = signal.SIGTERM, 1
     _handle_signals(_raise_stop)
     try:
@@ -226,10 +253,15 @@ def main() -> int:
             _say(f"Stripe API: the local stub at {stub} (`make stripe-stub`; a real STRIPE_API_KEY uses Stripe's)")
         os.environ.setdefault("APP_ENV", "development")
         wanted = [label for label, (var, _) in SERVICES.items() if not os.environ.get(var)]
+        # Servers running already were started by another command (`make cli`...), which leaves them running:
+        # so does this run. Unless a killed `make dev` left them (its owner file remains): they are ours to stop.
+        left_by_killed_run = _recorded_owner(data_dir)[0] is not None
         # Claimed before starting anything, so that a Ctrl-C during start-up still stops what started.
         shared_with = _claim(data_dir) if wanted else None
-        to_stop = [] if shared_with else wanted
-        _provide_services(data_dir, wanted, shared_with)
+        found = [] if left_by_killed_run else [label for label in wanted if RUNNING[label](data_dir)]
+        to_stop = [] if shared_with else [label for label in wanted if label not in found]
+        owner = bool(wanted) and not shared_with
+        _provide_services(data_dir, wanted, shared_with, found)
         _migrate(children)
         _start_app(children)
         code = _supervise(children)
@@ -244,8 +276,12 @@ def main() -> int:
         _stop_children(children, forward)
         if to_stop:
             stopped = embedded.stop_all(data_dir, to_stop)
-            (data_dir / OWNER_FILE).unlink(missing_ok=True)
             _say(f"{' and '.join(stopped) or 'Embedded servers'}: stopped (data kept in {data_dir.name}/)")
+        if owner and found:
+            left = " and ".join(found)
+            _say(f"{left}: left running, as before make dev (`.venv/bin/python -m tools.embedded down` stops it)")
+        if owner:
+            (data_dir / OWNER_FILE).unlink(missing_ok=True)
     return code
 
 

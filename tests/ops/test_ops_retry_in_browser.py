@@ -1,10 +1,12 @@
 """The "Try it" of docs/operations.md, step by step, as a newcomer follows it: the try-it pair is sent
 (`make send-test-webhook SAMPLE=checkout`), the checkout fails in a real worker because no Stripe API answers,
 its page shows why and which request brought it, the local Stripe is started (`make stripe-stub`), Retry is
-pressed, and the event is processed; /metrics shows the counts moving."""
+pressed, and the event is processed; the guide's `make psql` query shows the workspace linked with its seats,
+and /metrics shows the counts moving."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -50,6 +52,13 @@ def env(settings_env: dict[str, str], stub_port: int) -> dict[str, str]:
 async def start_worker(env: dict[str, str]) -> AsyncIterator[Callable[..., Any]]:
     async with worker_starter(env) as start:  # every queue, as `make dev`'s worker
         yield start
+
+
+def documented_query() -> str:
+    """The statement of the `make psql SQL="..."` line that "Try it" gives to see the linked workspace."""
+    lines = (Path(ROOT) / "docs" / "operations.md").read_text().splitlines()
+    (line,) = [line.strip() for line in lines if line.strip().startswith("make psql SQL=") and TRY_ORGANIZATION in line]
+    return shlex.split(line)[2].removeprefix("SQL=")
 
 
 def run_tool(env: dict[str, str], *args: str) -> str:
@@ -132,6 +141,8 @@ async def test_try_it_a_failed_checkout_is_retried_from_its_page_and_processed(
         workspace = await _workspace(resources)
         assert workspace is not None
         assert (workspace.stripe_customer_id, workspace.seat_quantity) == (TRY_CUSTOMER, TRY_SEATS)
+        shown = run_tool({**env, "SQL": documented_query()}, "tools.psql").splitlines()  # `make psql SQL="..."`
+        assert [cell.strip() for cell in shown[2].split("|")] == [TRY_ORGANIZATION, TRY_CUSTOMER, "5", "5"], shown
         async with httpx.AsyncClient() as client:
             metrics = samples((await client.get(f"{base_url}/metrics", timeout=5)).text)
         for provider in ("stripe", "clerk"):

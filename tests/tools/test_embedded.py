@@ -168,10 +168,11 @@ def _sleeper(pidfile: Path) -> str:
     return shlex.join([sys.executable, "-c", code])
 
 
-def _start_dev(data_dir: Path, api: str, worker: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+def _start_dev(data_dir: Path, api: str, worker: str, **extra: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
     """`python -m tools.dev` in its own session, as `make dev` runs it, with its output in a queue."""
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(DEV_DATA_DIR=str(data_dir), DEV_MIGRATE_CMD="true", DEV_API_CMD=api, DEV_WORKER_CMD=worker)
+    unset = ("DATABASE_URL", "REDIS_URL", "OPS_PASSWORD")
+    env = {key: value for key, value in os.environ.items() if key not in unset}
+    env.update(DEV_DATA_DIR=str(data_dir), DEV_MIGRATE_CMD="true", DEV_API_CMD=api, DEV_WORKER_CMD=worker, **extra)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.dev"],
         cwd=ROOT,
@@ -203,10 +204,12 @@ def _wait_for_line(lines: queue.Queue[str], prefix: str) -> list[str]:
 
 
 def test_dev_stops_the_api_the_worker_and_the_servers_on_sigterm(data_dir: Path, tmp_path: Path) -> None:
+    embedded.stop_all(data_dir)  # none runs before: this run starts both, so it stops both
     api_pid, worker_pid = tmp_path / "api.pid", tmp_path / "worker.pid"
-    proc, lines = _start_dev(data_dir, _sleeper(api_pid), _sleeper(worker_pid))
-    _wait_for_line(lines, "API: http://127.0.0.1:8000")
-    _wait_for_line(lines, "Worker:")
+    proc, lines = _start_dev(data_dir, _sleeper(api_pid), _sleeper(worker_pid), OPS_PASSWORD="a-long-one")
+    started = _wait_for_line(lines, "API: http://127.0.0.1:8000")
+    started += _wait_for_line(lines, "Worker:")
+    assert "Operations page: http://127.0.0.1:8000/ops (log in with OPS_PASSWORD)\n" in started
     _wait_until(lambda: api_pid.exists() and worker_pid.exists(), proc)
     pids = [int(api_pid.read_text()), int(worker_pid.read_text()), *_server_pids(data_dir)]
 
@@ -216,7 +219,46 @@ def test_dev_stops_the_api_the_worker_and_the_servers_on_sigterm(data_dir: Path,
     assert not (data_dir / dev.OWNER_FILE).exists()
 
 
+def test_dev_leaves_running_the_servers_an_earlier_command_started(data_dir: Path, tmp_path: Path) -> None:
+    embedded.ensure_postgres(data_dir)  # as `make cli` leaves them
+    embedded.ensure_redis(data_dir)
+    servers = _server_pids(data_dir)
+    api_pid, worker_pid = tmp_path / "api.pid", tmp_path / "worker.pid"
+    proc, lines = _start_dev(data_dir, _sleeper(api_pid), _sleeper(worker_pid))
+    started = _wait_for_line(lines, "Worker:")
+    assert not any(line.startswith("Operations page:") for line in started)  # OPS_PASSWORD unset: no page
+    assert any(line.startswith("Postgres: embedded at ") and "left running at exit" in line for line in started)
+    _wait_until(lambda: api_pid.exists() and worker_pid.exists(), proc)
+    children = [int(api_pid.read_text()), int(worker_pid.read_text())]
+
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    assert proc.wait(timeout=30) == 0
+    output = _wait_for_line(lines, "Postgres and Redis: left running")
+    assert not any("stopped" in line for line in output)
+    assert _running(children) == []
+    assert _running([servers[0], servers[-1]]) == [servers[0], servers[-1]]  # the postmaster and redis-server
+    assert not (data_dir / dev.OWNER_FILE).exists()
+
+
+def test_dev_stops_the_servers_a_killed_run_left_behind(data_dir: Path, tmp_path: Path) -> None:
+    embedded.ensure_postgres(data_dir)
+    embedded.ensure_redis(data_dir)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (data_dir / dev.OWNER_FILE).write_text(gone.stdout.strip())  # a `make dev` killed before it cleaned up
+    api_pid, worker_pid = tmp_path / "api.pid", tmp_path / "worker.pid"
+    proc, lines = _start_dev(data_dir, _sleeper(api_pid), _sleeper(worker_pid))
+    _wait_for_line(lines, "Worker:")
+    _wait_until(lambda: api_pid.exists() and worker_pid.exists(), proc)
+    pids = [int(api_pid.read_text()), int(worker_pid.read_text()), *_server_pids(data_dir)]
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    _wait_for_line(lines, "Postgres and Redis: stopped")
+    assert _running(pids) == []
+
+
 def test_dev_stops_everything_and_fails_when_a_child_exits(data_dir: Path, tmp_path: Path) -> None:
+    embedded.stop_all(data_dir)
     api_pid = tmp_path / "api.pid"
     worker = shlex.join([sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(3)"])
     proc, lines = _start_dev(data_dir, _sleeper(api_pid), worker)
