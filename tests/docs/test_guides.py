@@ -1,11 +1,13 @@
-"""docs/models.md and docs/jobs.md, followed word for word in a copy of the project.
+"""docs/models.md, docs/jobs.md and docs/testing.md, followed word for word in a copy of the project.
 
 The copy gets the project's tracked files; then each guide's blocks are taken
 in order, as a reader takes them: a ```python file=PATH block is written, a
 ```diff file=PATH block applied, and each line of a ```bash run block run as
 the Makefile runs it, against a database made for this test. At the end
 every written, edited and generated file must pass ruff and mypy. The copies,
-the databases and the test's Redis keys are removed at the end.
+the databases and the test's Redis keys are removed at the end. The models and
+jobs guides build the invoices example; the testing guide's examples are test
+files a reader creates and runs, on their own.
 
 The project itself may be a tree where a reader followed the guides already
 (their files written, committed or not): the copy leaves out what the guides
@@ -52,6 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LITESTAR = [str(Path(sys.executable).parent / "litestar"), "--app", "app.asgi:create_app"]
 COMMAND_TIMEOUT_SECONDS = 300
 MYPY_CACHE = ROOT / ".mypy_cache" / "guides"
+GUIDES = (*EXAMPLE_GUIDES, "docs/testing.md")
+"""The guides followed, in this order: the invoices example first, then the testing guide's own examples."""
 
 
 def make_variables(line: str) -> dict[str, str]:
@@ -115,7 +119,7 @@ def migration_slug(message: str) -> str:
 def created_by_guides(root: Path) -> set[str]:
     """What following the guides in ``root`` created: the files they write and the migrations they generate."""
     created: set[str] = set()
-    for guide in EXAMPLE_GUIDES:
+    for guide in GUIDES:
         for block in read_blocks(root, guide):
             if block.is_python and block.file:
                 created.add(block.file)
@@ -142,10 +146,10 @@ def start_tree(root: Path, tree: Path) -> None:
 def follow_guides(
     root: Path, tree: Path, env: Mapping[str, str], run: Callable[[str], bool] = lambda _: True
 ) -> Origins:
-    """Follow both guides from ``root`` in ``tree``: what they wrote, edited and generated (one migration)."""
+    """Follow the guides from ``root`` in ``tree``: what they wrote, edited and generated (one migration)."""
     start_tree(root, tree)
     before, origins = migrations(tree), Origins()
-    for guide in EXAMPLE_GUIDES:
+    for guide in GUIDES:
         follow(tree, guide, {**env, "PYTHONPATH": str(tree)}, origins, run)
     generated = sorted(migrations(tree) - before)
     assert len(generated) == 1, f"the guides should generate one migration, not {generated}"
@@ -202,7 +206,7 @@ def guide_env(base_database_url: str, redis_url: str) -> Iterator[Callable[[], d
             asyncio.run(_drop_redis_keys(redis_url, namespace))
 
 
-def test_the_models_and_jobs_guides_run_as_written(guide_env: Callable[[], dict[str, str]]) -> None:
+def test_the_models_jobs_and_testing_guides_run_as_written(guide_env: Callable[[], dict[str, str]]) -> None:
     with tempfile.TemporaryDirectory(prefix="guides-") as tmp:
         followed = Path(tmp) / "followed"
         origins = follow_guides(ROOT, followed, guide_env())
