@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from os import PathLike
 from pathlib import Path
@@ -13,13 +13,14 @@ import click
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
 from litestar import Litestar
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins import CLIPluginProtocol
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
-from litestar.types import Scope
+from litestar.types import ControllerRouterHandler, Scope
 
 from app.core.errors import exit_on_settings_error
 from app.core.logging import configure_logging
@@ -27,7 +28,7 @@ from app.core.module import FeatureModule
 from app.core.request_context import request_context_middleware
 from app.core.resources import Resources
 from app.core.sentry import init_sentry, report_exception
-from app.core.settings import Settings, get_settings
+from app.core.settings import Settings, SettingsError, get_settings
 from app.runtime import API_MODULES, Runtime, all_modules, open_resources
 from app.worker.cli import worker_group
 
@@ -66,7 +67,6 @@ def _lifespan(
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        app.state.resources = resources
         async with AsyncExitStack() as stack:
             stack.push_async_callback(resources.close)
             for module in modules:
@@ -77,19 +77,29 @@ def _lifespan(
     return lifespan
 
 
-def build_app(settings: Settings, modules: Sequence[FeatureModule] = API_MODULES) -> Litestar:
-    """Build the app from explicit settings (tests use this; production uses ``create_app``)."""
+def build_app(
+    settings: Settings,
+    modules: Sequence[FeatureModule] = API_MODULES,
+    *,
+    dependencies: Mapping[str, Provide] | None = None,
+) -> Litestar:
+    """Build the app from explicit settings (tests use this; production uses ``create_app``).
+
+    ``dependencies``: providers that replace those of the same names (a test's stand-in for a service).
+    """
     configure_logging(settings)
     init_sentry(settings, "api")
     resources = open_resources(settings, modules, statement_timeout_seconds=API_STATEMENT_TIMEOUT_SECONDS)
+    runtime = Runtime(settings)
     return Litestar(
         route_handlers=_route_handlers(modules, resources),
+        dependencies=_dependencies(resources, runtime, modules, dependencies or {}),
         plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin()],
         middleware=[request_context_middleware],
         lifespan=[_lifespan(resources, modules)],
         after_exception=[_log_server_error],
         logging_config=None,
-        state=State({"runtime": Runtime(settings)}),
+        state=State({"runtime": runtime}),
         debug=False,
         request_max_body_size=settings.webhook_max_body_bytes,
         openapi_config=OPENAPI,
@@ -102,8 +112,32 @@ def _templates(modules: Sequence[FeatureModule]) -> TemplateConfig[JinjaTemplate
     return TemplateConfig(directory=directories, engine=JinjaTemplateEngine) if directories else None
 
 
-def _route_handlers(modules: Sequence[FeatureModule], resources: Resources) -> list[Any]:
-    handlers: list[Any] = []
+def _dependencies(
+    resources: Resources, runtime: Runtime, modules: Sequence[FeatureModule], replaced: Mapping[str, Provide]
+) -> dict[str, Provide]:
+    """What a route can be injected with, by parameter name: the process's own, then each module's providers.
+
+    All on the app, the outermost layer, so a test replaces any of them by
+    name (``build_app(..., dependencies=...)``). Names are unique: a module
+    providing one already provided, or a replacement of no provider, is refused.
+    """
+    provided: dict[str, Provide] = {
+        "resources": Provide(lambda: resources, sync_to_thread=False),
+        "worker_modules": Provide(lambda: runtime.worker_modules, sync_to_thread=False),
+    }
+    for module in modules:
+        for name, provider in module.dependencies.items():
+            if name in provided:
+                raise SettingsError(f"Module {module.name!r} provides {name!r}, which is provided already: rename one.")
+            provided[name] = provider
+    unknown = sorted(set(replaced) - set(provided))
+    if unknown:
+        raise SettingsError(f"Nothing provides {', '.join(unknown)}, so nothing can be replaced by that name.")
+    return {**provided, **replaced}
+
+
+def _route_handlers(modules: Sequence[FeatureModule], resources: Resources) -> list[ControllerRouterHandler]:
+    handlers: list[ControllerRouterHandler] = []
     for module in modules:
         handlers += module.route_handlers
         if module.route_factory is not None:

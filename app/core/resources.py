@@ -10,9 +10,8 @@ layer above can use it without knowing who implements it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +22,7 @@ from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.settings import Settings
 
 JobState = Literal["queued", "deferred", "in_progress", "absent"]
+T = TypeVar("T")
 
 
 class MessageQueue(Protocol):
@@ -97,18 +97,38 @@ class MessageQueue(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
 class Resources:
-    """``modules``: the feature modules loaded in this process (whose jobs and webhook handlers it can run)."""
+    """A process's connections, and the per-process clients its modules build.
 
-    settings: Settings
-    db: Database
-    redis: Redis
-    modules: Sequence[FeatureModule] = ()
-    queue: MessageQueue = field(init=False)
-    # Per-process clients a feature module builds once (e.g. the Stripe client), closed with the rest.
-    extensions: dict[str, Any] = field(default_factory=dict)
-    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    ``modules``: the feature modules loaded in this process (whose jobs and
+    webhook handlers it can run). A plain class, not a dataclass: Litestar
+    injects it into routes and providers as it is (a dataclass would be
+    validated field by field, the settings included, on every request).
+    """
+
+    queue: MessageQueue
+
+    def __init__(self, settings: Settings, db: Database, redis: Redis, modules: Sequence[FeatureModule] = ()) -> None:
+        self.settings = settings
+        self.db = db
+        self.redis = redis
+        self.modules = tuple(modules)
+        # The string-keyed form of ``shared``, still read by the Stripe gateway; new code uses ``shared``.
+        self.extensions: dict[str, Any] = {}
+        self._shared: dict[type[Any], Any] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def shared(self, kind: type[T], build: Callable[[], T]) -> T:
+        """The process's one ``kind`` (a client a feature module keeps per process), built by ``build`` on first use.
+
+        Keyed by the class, so the caller gets that type back: the core names no
+        feature module's class, and no string key is looked up. ``build`` runs
+        once per process (no await between the look-up and the store); what it
+        opens, it closes through :meth:`add_closer`.
+        """
+        if kind not in self._shared:
+            self._shared[kind] = build()
+        return cast(T, self._shared[kind])
 
     def add_closer(self, close: Callable[[], Awaitable[None]]) -> None:
         self._closers.append(close)

@@ -12,6 +12,7 @@ failed ones a minute, then 429) with the same Redis limiter as the webhooks.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import secrets
@@ -24,6 +25,8 @@ from litestar.handlers import BaseRouteHandler
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.response import Redirect
 
+from app.core.rate_limit import SlidingWindowRateLimiter
+from app.core.resources import Resources
 from app.core.settings import Settings
 from app.webhooks.client_ip import client_ip, forwarded_for
 
@@ -51,6 +54,40 @@ def session_config(settings: Settings) -> CookieBackendConfig:
 def password_matches(given: str, settings: Settings) -> bool:
     expected = hashlib.sha256((settings.ops_password or "").encode()).digest()
     return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), expected)
+
+
+class LoginLimiter:
+    """Failed logins per client, in Redis (every API process's): past the limit, every try waits out the minute."""
+
+    _SCOPE = "ops-login"
+
+    def __init__(self, resources: Resources) -> None:
+        self.limit = LOGIN_FAILURES_PER_MINUTE
+        self._window = SlidingWindowRateLimiter(
+            resources.redis, limit=self.limit, key_prefix=resources.settings.redis_namespace, timeout=1.0
+        )
+
+    async def exhausted(self, client: str) -> bool:
+        return await self._window.used(self._SCOPE, client) >= self.limit
+
+    async def count_failure(self, client: str) -> None:
+        await self._window.hit(self._SCOPE, client)
+
+
+class LoginCheck(enum.Enum):
+    LIMITED = "limited"
+    WRONG = "wrong"
+    ACCEPTED = "accepted"
+
+
+async def check_login(limiter: LoginLimiter, settings: Settings, client: str, password: str) -> LoginCheck:
+    """The limit first: a client past it is refused even with the right password, until the minute has passed."""
+    if await limiter.exhausted(client):
+        return LoginCheck.LIMITED
+    if not password_matches(password, settings):
+        await limiter.count_failure(client)
+        return LoginCheck.WRONG
+    return LoginCheck.ACCEPTED
 
 
 def csrf_token(request: Request[Any, Any, Any]) -> str:

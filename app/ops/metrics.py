@@ -13,27 +13,25 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from litestar import Request, Response, get
+from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from app.core.metrics import CONTENT_TYPE, exposition
 from app.core.resources import Resources
-from app.ops.pipeline_state import PipelineState, read_state, worker_crons
+from app.core.settings import Settings
+from app.ops.pipeline_state import PipelineReader, PipelineState
 from app.webhooks.providers import PROVIDERS
 
 INBOX_STATES = ("pending", "failed", "set_aside")
-_ENABLED_PROVIDERS = "ops.enabled_providers"
 
 
-def enabled_providers(resources: Resources) -> list[str]:
-    """The providers whose webhook route exists (as ``app.webhooks.module`` decides), found once per process."""
-    if _ENABLED_PROVIDERS not in resources.extensions:
-        settings = resources.settings
-        enabled = [provider.name for provider in PROVIDERS if provider.build_verifier(settings) is not None]
-        resources.extensions[_ENABLED_PROVIDERS] = enabled
-    names: list[str] = resources.extensions[_ENABLED_PROVIDERS]
-    return names
+class EnabledProviders:
+    """The providers whose webhook route exists (as ``app.webhooks.module`` decides): found once per process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.names = tuple(provider.name for provider in PROVIDERS if provider.build_verifier(settings) is not None)
 
 
 def state_metrics(state: PipelineState, providers: Iterable[str] = ()) -> Iterator[Metric]:
@@ -69,14 +67,17 @@ def _authorized(request: Request[Any, Any, Any], token: str | None) -> bool:
 
 
 @get("/metrics", include_in_schema=False, cache=False)
-async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def metrics(
+    request: Request[Any, Any, Any],
+    resources: NamedDependency[Resources],
+    pipeline: NamedDependency[PipelineReader],
+    enabled_providers: NamedDependency[EnabledProviders],
+) -> Response[bytes]:
     """Prometheus' text format."""
-    resources: Resources = request.app.state.resources
     if not _authorized(request, resources.settings.metrics_token):
         raise NotAuthorizedException(
             detail="Send Authorization: Bearer <METRICS_TOKEN>.", headers={"WWW-Authenticate": "Bearer"}
         )
-    state = await read_state(resources, worker_crons(request.app.state.runtime.worker_modules))
+    body = exposition(state_metrics(await pipeline.read(), enabled_providers.names))
     # Litestar adds the charset itself to a text/* media type.
-    body = exposition(state_metrics(state, enabled_providers(resources)))
     return Response(body, media_type=CONTENT_TYPE.removesuffix("; charset=utf-8"))

@@ -7,7 +7,7 @@ the number of processed events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -64,3 +64,14 @@ async def _crons(resources: Resources, crons: dict[str, type[CronJob]]) -> list[
 
 def worker_crons(modules: Sequence[FeatureModule]) -> dict[str, type[CronJob]]:
     return JobRegistry.from_modules(modules).crons
+
+
+class PipelineReader:
+    """Reads the pipeline's state when asked (not when built: a refused scrape costs no query)."""
+
+    def __init__(self, resources: Resources, crons: Mapping[str, type[CronJob]]) -> None:
+        self.resources = resources
+        self.crons = dict(crons)
+
+    async def read(self) -> PipelineState:
+        return await read_state(self.resources, self.crons)

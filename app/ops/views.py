@@ -1,4 +1,4 @@
-"""What the operations page shows, gathered from the inbox repository, Redis and the crons' rows (no SQL here)."""
+"""What the operations page shows, as the templates read it: rows, filters and the ways times are written (no I/O)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlencode
 
-from app.core.resources import Resources
-from app.ops.pipeline_state import PipelineState, read_state, worker_crons
-from app.webhooks.inbox import STATES, EventRecord, Inbox, State
-from app.webhooks.refusals import refused_last_hour
+from app.ops.pipeline_state import PipelineState
+from app.webhooks.inbox import STATES, State
 
 PAGE_SIZE = 50
 
@@ -31,28 +29,6 @@ class ProviderRow:
 class Overview:
     providers: list[ProviderRow]
     state: PipelineState
-
-
-async def overview(resources: Resources, worker_modules: Any, providers: list[str]) -> Overview:
-    inbox = Inbox(resources.db)
-    state = await read_state(resources, worker_crons(worker_modules))
-    latency = await inbox.latency_last_hour()
-    processed = await inbox.processed_last_day()
-    refused = await refused_last_hour(resources.redis, resources.settings.redis_namespace, providers)
-    names = sorted({*providers, *state.inbox, *latency, *processed})
-    rows = [
-        ProviderRow(
-            name,
-            state.inbox.get(name, {}).get("pending", 0),
-            state.inbox.get(name, {}).get("failed", 0),
-            state.inbox.get(name, {}).get("set_aside", 0),
-            processed.get(name, 0),
-            refused.get(name, 0),
-            latency.get(name),
-        )
-        for name in names
-    ]
-    return Overview(rows, state)
 
 
 @dataclass(frozen=True)
@@ -76,17 +52,6 @@ class EventFilters:
         """The filters (and ``extra``) as a query string for the next page's link."""
         items = {"provider": self.provider, "state": self.state, "type": self.type, "event_id": self.event_id, **extra}
         return urlencode({key: value for key, value in items.items() if value})
-
-
-async def events_page(resources: Resources, filters: EventFilters, before_id: int | None) -> list[EventRecord]:
-    return await Inbox(resources.db).page(
-        provider=filters.provider,
-        state=filters.state,
-        event_type=filters.type,
-        event_id=filters.event_id,
-        before_id=before_id,
-        limit=PAGE_SIZE,
-    )
 
 
 def pretty_json(text: str | None) -> str:

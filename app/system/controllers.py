@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Response, get
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Example
 from sqlalchemy import text
@@ -73,9 +73,8 @@ class HealthController(Controller):
         return {"status": "ok"}
 
     @get("/ready", cache=False, responses=_READY_RESPONSES)
-    async def ready(self, state: State) -> Response[dict[str, str]]:
+    async def ready(self, resources: NamedDependency[Resources]) -> Response[dict[str, str]]:
         """200 when Postgres and Redis answer within 1 s, else 503 naming what failed."""
-        resources: Resources = state.resources
         postgres, redis = await asyncio.gather(_check(_ping_postgres(resources)), _check(resources.redis.ping()))
         body = {"postgres": postgres, "redis": redis}
         status = 200 if postgres == "ok" and redis == "ok" else 503

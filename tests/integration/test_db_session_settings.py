@@ -37,7 +37,7 @@ async def _through_a_driver_connection(db: Database) -> dict[str, Any]:
 
 async def test_the_apis_connections_carry_keepalives_and_its_statement_timeout(settings: Settings) -> None:
     async with AsyncTestClient(build_app(settings)) as client:
-        db = client.app.state.resources.db
+        db = (await client.app.dependencies["resources"]()).db  # the app's own, as its routes are injected with
         seen = [await _through_a_session(db), await _through_a_driver_connection(db)]
     timeout = f"{API_STATEMENT_TIMEOUT_SECONDS:g}s"
     assert seen == [{**KEEPALIVES, "statement_timeout": timeout}] * 2

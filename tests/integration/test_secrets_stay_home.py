@@ -11,12 +11,14 @@ from typing import Any
 import msgspec
 import pytest
 from litestar import Request, post
+from litestar.di import NamedDependency
 from litestar.testing import AsyncTestClient
 from sqlalchemy.engine import make_url
 
 from app.asgi import build_app
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
+from app.core.resources import Resources
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
 from app.queue.job import Job
@@ -37,10 +39,10 @@ class LeakyRouteError(Exception):
 
 
 @post("/leaky", status_code=200)
-async def leaky_route(request: Request[Any, Any, Any]) -> None:
+async def leaky_route(request: Request[Any, Any, Any], resources: NamedDependency[Resources]) -> None:
     """Fails the way a real handler does: the body and the settings are frame locals."""
     body = await request.body()
-    settings = request.app.state.resources.settings
+    settings = resources.settings
     api_key = settings.stripe_api_key
     logging.getLogger("tests.leaky").info("calling Stripe with %s for %s", api_key, settings.database_url)
     raise LeakyRouteError(f"the call with {api_key} to {settings.database_url} failed ({len(body)} bytes)")

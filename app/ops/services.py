@@ -1,0 +1,122 @@
+"""What the operations page reads and what its buttons do, whatever answers the request.
+
+Reads go through the inbox repository (``Inbox``), the pipeline's state and
+the refusal counters; actions go through ``webhooks.operations``, the same
+code as the command line, or queue a job. Neither knows HTTP: a missing event
+or cron is :class:`NotFound`, which the controller answers 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from app.core.resources import Resources
+from app.ops.pipeline_state import PipelineReader
+from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow
+from app.queue.crons import cron_job_id
+from app.queue.job import CronJob, CronTick
+from app.webhooks import operations
+from app.webhooks.crons import BackfillWindow, WebhookBackfillJob
+from app.webhooks.inbox import EventRecord, Inbox
+from app.webhooks.operations import OperatorError, Outcome
+from app.webhooks.refusals import refused_last_hour
+
+BACKFILL_HOURS = range(1, 721)
+"""How far back the page's backfill may look (``webhooks backfill`` itself takes any window)."""
+
+
+class NotFound(LookupError):
+    """The event or cron a page or an action names does not exist."""
+
+
+class OpsPages:
+    """The overview, a page of events, one event."""
+
+    def __init__(self, resources: Resources, inbox: Inbox, pipeline: PipelineReader, providers: Sequence[str]) -> None:
+        self.resources = resources
+        self.inbox = inbox
+        self.pipeline = pipeline
+        self.providers = sorted(providers)  # the providers the worker handles, shown even with no rows
+
+    async def overview(self) -> Overview:
+        state = await self.pipeline.read()
+        latency = await self.inbox.latency_last_hour()
+        processed = await self.inbox.processed_last_day()
+        settings = self.resources.settings
+        refused = await refused_last_hour(self.resources.redis, settings.redis_namespace, self.providers)
+        rows = []
+        for name in sorted({*self.providers, *state.inbox, *latency, *processed}):
+            counts = state.inbox.get(name, {})
+            rows.append(
+                ProviderRow(
+                    name,
+                    counts.get("pending", 0),
+                    counts.get("failed", 0),
+                    counts.get("set_aside", 0),
+                    processed.get(name, 0),
+                    refused.get(name, 0),
+                    latency.get(name),
+                )
+            )
+        return Overview(rows, state)
+
+    async def events(self, filters: EventFilters, before_id: int | None) -> list[EventRecord]:
+        return await self.inbox.page(
+            provider=filters.provider,
+            state=filters.state,
+            event_type=filters.type,
+            event_id=filters.event_id,
+            before_id=before_id,
+            limit=PAGE_SIZE,
+        )
+
+    async def event(self, row_id: int) -> EventRecord:
+        event = await self.inbox.get(row_id)
+        if event is None:
+            raise NotFound(f"No webhook event with row id {row_id}.")
+        return event
+
+
+class OpsActions:
+    """What the buttons do; each returns the message the page shows next."""
+
+    def __init__(self, resources: Resources, inbox: Inbox, crons: Mapping[str, type[CronJob]]) -> None:
+        self.resources = resources
+        self.inbox = inbox
+        self.crons = crons
+
+    async def retry(self, row_id: int) -> str:
+        return await self._on_event(operations.retry, row_id)
+
+    async def replay(self, row_id: int) -> str:
+        return await self._on_event(operations.replay, row_id)
+
+    async def reopen_all(self) -> str:
+        return await operations.reopen_all(self.resources)
+
+    async def run_cron(self, name: str) -> str:
+        cron = self.crons.get(name)
+        if cron is None:
+            raise NotFound(f"No cron named {name!r}.")
+        now = datetime.now(UTC)
+        await self.resources.queue.add(cron, CronTick(slot=now), deduplication_id=cron_job_id(name, now, manual=True))
+        return f"Cron {name} queued: a worker runs it now."
+
+    async def backfill(self, hours: int) -> str:
+        """Stripe's events of the last ``hours`` (within ``BACKFILL_HOURS``) the inbox lacks, stored by a worker."""
+        until = datetime.now(UTC)
+        await self.resources.queue.add(
+            WebhookBackfillJob, BackfillWindow("stripe", until - timedelta(hours=hours), until)
+        )
+        return f"Backfill of the last {hours} hours of Stripe events queued: a worker runs it."
+
+    async def _on_event(self, action: Callable[[Resources, str], Awaitable[Outcome]], row_id: int) -> str:
+        """The action's message; an event that does not exist is :class:`NotFound`, as its page would be."""
+        try:
+            outcome = await action(self.resources, str(row_id))
+        except OperatorError as exc:
+            if await self.inbox.get(row_id) is None:
+                raise NotFound(f"No webhook event with row id {row_id}.") from exc
+            return str(exc)
+        return outcome.message
