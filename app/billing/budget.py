@@ -5,22 +5,20 @@ here. The slots are a log in Redis, the same atomic approach as the webhook rate
 limiter (one Lua script), with no burst allowance: calls are spaced at least
 1/N s apart (N = the budget per second), so no one-second window holds more
 than N, and a call that leaves its worker late cannot land in a burst that
-Stripe would count in the same second. A caller reserves the first free time
-(so callers are served in turn and each wakes once, instead of every waiter
-polling whenever a slot frees) and waits for it, for at most
-``MAX_WAIT_SECONDS`` (it holds a transaction meanwhile); a later time is not
-reserved: it retries later.
+Stripe would count in the same second.
 
-A caller that may give its job's slot back (a webhook's customer read,
-``park_key`` naming the customer) is not kept waiting in its slot past
-``PARK_AFTER_SECONDS``: its turn stays reserved under that key and it raises
-``BudgetParked``, so the job comes back just before its turn (a worker starts
-a job whose turn has come before older ones) and the worker's slot serves
-other events meanwhile. While a backlog drains, the events that need no read,
-and other providers' events, are then not stuck behind reads waiting for the
-budget. Every other event of that customer that asks meanwhile parks until
-just after that turn instead of reserving one of its own, and finds the read
-made (``read_since``): a burst still costs one read.
+Two ways to take slots:
+
+- :meth:`StripeBudget.acquire`: one call now, waiting for the first free slot
+  (callers are served in turn: each reserves the first free time and wakes
+  once), for at most ``MAX_WAIT_SECONDS``; a later one is not reserved.
+  Commands and crons use it.
+- A *turn* (:meth:`reserve`, :meth:`take`): the calls of one sync (``calls``
+  slots, one spacing apart), reserved under the sync's subject when the sync is
+  asked for, so that its job is queued for the time its turn comes and waits
+  for nothing meanwhile: no worker slot, no transaction, no lock. A turn is
+  taken by the first caller of its subject that comes at most one spacing
+  late; past that it is gone, its slots unused, and a new one is reserved.
 
 A 429 from Stripe pauses the whole budget for its ``Retry-After``: every
 process waits, not only the one that was told.
@@ -48,32 +46,26 @@ logger = logging.getLogger(__name__)
 
 WINDOW_US = 1_000_000
 MAX_WAIT_SECONDS = 15.0
-"""A caller holds a database transaction while it waits; beyond this it retries later instead."""
+"""How long :meth:`StripeBudget.acquire` waits for a slot at most; beyond, the caller retries later."""
 PARTICIPANT_TTL_US = 10_000_000
-PARK_AFTER_SECONDS = 0.5
-"""A caller with a ``park_key`` waits in its job's slot this long at most; a later turn parks the job."""
-PARK_MAX_SECONDS = 600.0
-"""How far ahead a parked turn may be reserved (a backlog of 12,000 customer reads at 20/s)."""
-PARK_EARLY_SECONDS = 0.2
-"""A parked job comes back this much before its turn (the queue's poll and the job's claim take time)."""
-PARK_BEHIND_SECONDS = 0.5
-"""Another event of a customer whose read has a parked turn comes back this long after it: the read is made."""
+TAKE_WITHIN_SECONDS = 0.5
+"""A sync whose turn is this close waits for it where it is; a later turn sends its job away until then."""
+TURN_EARLY_SECONDS = 0.2
+"""A sync's job is queued this much before its turn (the queue's poll and the job's start take time)."""
 
 # KEYS: the log of admitted and reserved calls (scores: microseconds, some in the future), the participants
-# (one member per process), the pause key (set after a 429), the parked turn of the caller's key (or a key
-# nobody uses). ARGV: limit, a call-unique member, this process's id, the window, how long a process counts as
-# seen, the longest wait that may be reserved and the longest wait before parking (0: never park; microseconds).
-# Returns {status, microseconds, processes seen}: status 1, reserved (wait that long, then call); 0, not reserved
-# (paused: until the pause ends; or the first free time is too far to reserve: how far); 2, parked (a turn that
-# far ahead is reserved under the key); 3, another caller with that key has a turn that far ahead. The time
-# reserved: now, or the latest reserved plus the spacing (window / limit) if that is later. A parked turn is
-# taken by the first caller with its key that asks at most one spacing late (so no second holds more than one
-# call over the budget); past that it is gone, its slot unused.
+# (one member per process), the pause key (set after a 429), the turn of the caller's subject (or a key nobody
+# uses). ARGV: limit, a call-unique member, this process's id, the window, how long a process counts as seen,
+# the longest wait (µs) an acquire may reserve, the mode (acquire, reserve or take), calls, the longest wait (µs)
+# a take waits where it is. Returns {status, microseconds, processes seen}: 1, slots reserved for the caller
+# (wait that long, then call); 0, nothing reserved (paused: until the pause ends; or no slot within the wait);
+# 2, a turn that far ahead reserved under the key; 3, the key's turn is that far ahead. A taken turn's calls
+# are at that time and one spacing apart after it.
 _BUDGET_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window = tonumber(ARGV[4])
-local park_after = tonumber(ARGV[7])
+local window, mode, calls = tonumber(ARGV[4]), ARGV[7], tonumber(ARGV[8])
+local spacing = window / tonumber(ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[5]))
 redis.call('PEXPIRE', KEYS[2], 20000)
@@ -82,51 +74,82 @@ local paused = redis.call('PTTL', KEYS[3])
 if paused > 0 then
   return {0, paused * 1000, seen}
 end
-if park_after > 0 then
-  local parked = tonumber(redis.call('GET', KEYS[4]))
-  if parked and parked - now > park_after then
-    return {3, parked - now, seen}
-  end
-  if parked then
+if mode ~= 'acquire' then
+  local held = tonumber(redis.call('GET', KEYS[4]))
+  if held then
+    if mode == 'reserve' or held - now > tonumber(ARGV[9]) then
+      return {3, held - now, seen}
+    end
     redis.call('DEL', KEYS[4])
-    return {1, math.max(parked - now, 0), seen}
+    return {1, math.max(held - now, 0), seen}
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local at = now
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if last[2] then
-  at = math.max(now, tonumber(last[2]) + window / tonumber(ARGV[1]))
+  at = math.max(now, tonumber(last[2]) + spacing)
 end
-if at - now > tonumber(ARGV[6]) then
+if mode == 'acquire' and at - now > tonumber(ARGV[6]) then
   return {0, at - now, seen}
 end
-redis.call('ZADD', KEYS[1], at, string.format('%.0f', at) .. ':' .. ARGV[2])
-redis.call('PEXPIRE', KEYS[1], math.floor((at - now) / 1000) + 2000)
-if park_after > 0 and at - now > park_after then
-  local spacing = window / tonumber(ARGV[1])
+for k = 0, calls - 1 do
+  redis.call('ZADD', KEYS[1], at + k * spacing, string.format('%.0f', at + k * spacing) .. ':' .. ARGV[2] .. ':' .. k)
+end
+redis.call('PEXPIRE', KEYS[1], math.floor((at - now + calls * spacing) / 1000) + 2000)
+if mode == 'reserve' or (mode == 'take' and at - now > tonumber(ARGV[9])) then
   redis.call('SET', KEYS[4], string.format('%.0f', at), 'PX', math.max(1, math.floor((at - now + spacing) / 1000)))
   return {2, at - now, seen}
 end
 return {1, at - now, seen}
 """
 
-
-_NOT_RESERVED, _RESERVED, _PARKED, _PARKED_BEHIND = 0, 1, 2, 3
+_NOT_RESERVED, _RESERVED, _TURN_RESERVED, _TURN_AHEAD = 0, 1, 2, 3
 
 
 class BudgetExhaustedError(RetryLater):
     """No slot within ``MAX_WAIT_SECONDS``: the Stripe budget is saturated; the job retries a little later."""
 
 
-class BudgetParked(RetryLater):
-    """The caller's turn is reserved (``after_seconds`` from now, less a little): its job comes back for it.
+class TurnLater(RetryLater):
+    """The sync's turn of the budget is ``after_seconds`` away (less a little): its job comes back for it.
 
-    Not a failure, nor a warning: a fleet draining a backlog through the budget parks most of its reads.
+    Not a failure, nor a warning: a fleet draining a backlog defers most of its syncs once.
     """
 
     log_level = logging.INFO
-    counts_as_try = False  # a customer's events may park behind each other's turns: not tries of the job
+
+
+class BudgetShortfall(Exception):
+    """A sync needed more calls than its turn held and the next free slot is not near: it is reserved again."""
+
+    def __init__(self, calls_made: int) -> None:
+        super().__init__(f"a sync needed more than the {calls_made} Stripe call(s) its turn held")
+        self.calls_made = calls_made
+
+
+@dataclass
+class Turn:
+    """The calls a sync may make now: the first at ``first`` (monotonic), each next one spacing later."""
+
+    budget: StripeBudget
+    first: float
+    calls: int
+    made: int = 0
+
+    async def call(self) -> float:
+        """Wait for the next call's slot; the seconds waited. Past the reserved calls, a near free slot or
+        :class:`BudgetShortfall`."""
+        if self.made < self.calls:
+            at = self.first + self.made / self.budget.per_second
+            self.made += 1
+            wait = max(0.0, at - time.monotonic())
+            if wait:
+                await asyncio.sleep(wait)
+            return wait
+        waited = await self.budget.acquire(max_wait=TAKE_WITHIN_SECONDS, shortfall_of=self.made)
+        self.made += 1
+        return waited
 
 
 @dataclass
@@ -145,7 +168,7 @@ class _LocalShare:
 
 
 class StripeBudget:
-    """One per process; every Stripe call ``await budget.acquire()`` first."""
+    """One per process; every Stripe call takes a slot first (``acquire``, or a sync's ``Turn``)."""
 
     def __init__(self, redis: Redis, *, per_second: int, namespace: str = "") -> None:
         self.redis = redis
@@ -154,7 +177,7 @@ class StripeBudget:
         """The calls admitted or reserved (scores: microseconds, by Redis' clock)."""
         self._keys = [self.log_key, f"{namespace}stripe:budget:processes", f"{namespace}stripe:paused"]
         self._turn_prefix = f"{namespace}stripe:turn:"
-        """Parked turns, one key per ``park_key`` (microseconds, by Redis' clock)."""
+        """Reserved turns, one key per subject (microseconds, by Redis' clock)."""
         self._script = redis.register_script(_BUDGET_LUA)
         self._process = secrets.token_hex(6)
         self._calls = itertools.count()
@@ -162,44 +185,51 @@ class StripeBudget:
         self._local: _LocalShare | None = None
         self._lock = asyncio.Lock()
 
-    async def acquire(self, park_key: str | None = None) -> float:
-        """Wait for a slot; returns the seconds waited. Raises ``BudgetExhaustedError`` past the bound.
+    async def acquire(self, *, max_wait: float = MAX_WAIT_SECONDS, shortfall_of: int | None = None) -> float:
+        """Wait for a slot; returns the seconds waited. Raises ``BudgetExhaustedError`` past ``max_wait``.
 
-        ``park_key`` (e.g. ``customer:cus_...``): the caller's job may come back for its turn instead of
-        waiting for it past ``PARK_AFTER_SECONDS``: then ``BudgetParked`` is raised, its turn kept under the key.
+        ``shortfall_of``: the caller is a sync that made that many calls of its turn: past ``max_wait`` it is
+        told :class:`BudgetShortfall` instead (it gives back what it holds and reserves a longer turn).
         """
         started = time.monotonic()
-        parking = park_key is not None
         while True:
             elapsed = time.monotonic() - started
-            status, wait = await self._try(PARK_MAX_SECONDS if parking else MAX_WAIT_SECONDS - elapsed, park_key)
+            status, wait = await self._run("acquire", None, 1, max_wait - elapsed)
             if status == _RESERVED:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 return time.monotonic() - started
-            if status == _PARKED:
-                raise BudgetParked(
-                    f"Stripe API budget ({self.per_second}/s): {park_key} has its turn in {wait:.1f} s",
-                    after_seconds=max(wait - PARK_EARLY_SECONDS, 0.05),
-                )
-            if status == _PARKED_BEHIND:
-                raise BudgetParked(
-                    f"Stripe API budget ({self.per_second}/s): {park_key} is read in {wait:.1f} s",
-                    after_seconds=wait + PARK_BEHIND_SECONDS,
-                )
-            if parking and wait > PARK_AFTER_SECONDS:  # paused after a 429, or every turn for 10 minutes taken
-                raise BudgetParked(
-                    f"Stripe API budget ({self.per_second}/s): no turn for {park_key} for {wait:.1f} s "
-                    "(paused after a 429, or taken by a backlog)",
-                    after_seconds=wait if wait <= PARK_MAX_SECONDS else wait - PARK_MAX_SECONDS,
-                )
-            if elapsed + wait > MAX_WAIT_SECONDS:
+            if elapsed + wait > max_wait:
+                if shortfall_of is not None:
+                    raise BudgetShortfall(shortfall_of)
                 raise BudgetExhaustedError(
-                    f"The Stripe API budget ({self.per_second}/s) had no free slot within {MAX_WAIT_SECONDS:g} s: "
+                    f"The Stripe API budget ({self.per_second}/s) had no free slot within {max_wait:g} s: "
                     "the fleet is draining a backlog; retried shortly.",
                     after_seconds=2.0,
                 )
             await asyncio.sleep(wait)
+
+    async def reserve(self, subject: str, calls: int) -> float:
+        """Reserve a turn of ``calls`` calls for ``subject`` (or find the one it holds): seconds until it comes."""
+        status, wait = await self._run("reserve", subject, calls, 0.0)
+        return wait if status in (_TURN_RESERVED, _TURN_AHEAD) else 0.0
+
+    async def take(self, subject: str, calls: int) -> Turn:
+        """The subject's turn, now or within ``TAKE_WITHIN_SECONDS``; else :class:`TurnLater` (its job comes back).
+
+        A subject holding no turn (it came too late for the one it had) reserves a new one here.
+        """
+        status, wait = await self._run("take", subject, calls, 0.0)
+        if status == _RESERVED:
+            return Turn(self, time.monotonic() + wait, calls)
+        if status == _NOT_RESERVED:  # paused after a 429
+            raise TurnLater(
+                f"Stripe API budget ({self.per_second}/s) paused after a 429 for {wait:.1f} s", after_seconds=wait
+            )
+        raise TurnLater(
+            f"Stripe API budget ({self.per_second}/s): {subject}'s turn comes in {wait:.1f} s",
+            after_seconds=max(wait - TURN_EARLY_SECONDS, 0.05),
+        )
 
     async def paused_seconds(self) -> float:
         """How long every process still waits after a 429 (0: not paused)."""
@@ -212,11 +242,11 @@ class StripeBudget:
         except (RedisError, OSError):
             await asyncio.sleep(seconds)
 
-    async def _try(self, may_wait: float, park_key: str | None) -> tuple[int, float]:
-        """(status, seconds): reserved (until the slot), parked (until the turn), not reserved (until one may be)."""
+    async def _run(self, mode: str, subject: str | None, calls: int, may_wait: float) -> tuple[int, float]:
+        """(status, seconds) of one script call; with Redis away, this process's share (reserved at once)."""
         try:
             status, wait_us, seen = await self._script(
-                keys=[*self._keys, f"{self._turn_prefix}{park_key or ''}"],
+                keys=[*self._keys, f"{self._turn_prefix}{subject or ''}"],
                 args=[
                     self.per_second,
                     f"{self._process}:{next(self._calls)}",
@@ -224,12 +254,16 @@ class StripeBudget:
                     WINDOW_US,
                     PARTICIPANT_TTL_US,
                     max(0, int(may_wait * 1_000_000)),
-                    int(PARK_AFTER_SECONDS * 1_000_000) if park_key is not None else 0,
+                    mode,
+                    calls,
+                    int(TAKE_WITHIN_SECONDS * 1_000_000),
                 ],
             )
         except (RedisError, OSError) as exc:
+            if mode == "reserve":
+                return _TURN_RESERVED, 0.0  # the sync runs now and takes its slots from this process's share
             wait = await self._local_slot(exc)
-            return (_RESERVED if wait <= 0 else _NOT_RESERVED), wait
+            return (_RESERVED if wait <= 0 or mode == "take" else _NOT_RESERVED), wait
         if self._local is not None:
             self._local = None
             logger.info("Stripe API budget: Redis answers again; the fleet shares one budget again.")

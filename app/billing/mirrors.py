@@ -1,122 +1,61 @@
-"""Disputes, refunds and early fraud warnings, mirrored as Stripe has them now.
+"""Disputes, refunds and early fraud warnings, mirrored as Stripe has them now (a sync's rules for them).
 
-In billing's lock order (see ``services``): the object's customer first, then
-the mirror rows by ascending ``stripe_id``; each object is read from Stripe
-under those locks, so of two syncs of one object the later writes the later
-state.
+The object is read first (with its charge, which says which customer, so
+which workspace, it concerns), then written in billing's lock order: the
+customer's lock, then the mirror rows by ascending ``stripe_id``. A read is
+written only if no later read was (``synced_at`` is when the read began), so
+of two syncs of one object the later read wins, whatever order they commit in.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import cast
+from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.billing.models import BillingDispute, BillingFraudWarning, BillingRefund, StripeMirrorColumns
-from app.billing.services import lock_customer
+from app.billing.budget import Turn
+from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
-from app.billing.stripe_objects import Charge, MirroredObject, MirrorKind
-from app.identity.models import Workspace
+from app.billing.stripe_objects import MirroredObject, MirrorKind
 
 logger = logging.getLogger(__name__)
 
-_MirrorModel = type[BillingDispute] | type[BillingRefund] | type[BillingFraudWarning]
-_MIRRORS: dict[MirrorKind, _MirrorModel] = {
-    "dispute": BillingDispute,
-    "refund": BillingRefund,
-    "early_fraud_warning": BillingFraudWarning,
-}
 
+class MirrorService:
+    def __init__(self, session: AsyncSession, gateway: StripeGateway, turn: Turn | None = None) -> None:
+        self.session = session
+        self.gateway = gateway
+        self.turn = turn
 
-async def sync_mirror(session: AsyncSession, gateway: StripeGateway, kind: MirrorKind, stripe_id: str) -> None:
-    """Mirror a dispute, refund or fraud warning as Stripe has it now.
+    async def sync_object(self, kind: MirrorKind, stripe_id: str, read_began: datetime) -> None:
+        """Mirror a dispute, refund or fraud warning as Stripe has it now (two calls: it, then its charge)."""
+        obj = await self.gateway.mirrored(kind, stripe_id, self.turn)
+        await self._write(kind, [obj], obj.customer_id, read_began)
 
-    Its customer, which is locked first, is known only from Stripe (object,
-    then charge, then customer), so the object is read twice: once before the
-    locks for that link (it never changes, see ``Charge``), and once under them
-    for the state written. The extra read of the object keeps both rules: one
-    lock order in every transaction, and the later of two syncs writes the later
-    state.
-    """
-    link = await gateway.mirrored(kind, stripe_id)
-    await _sync_mirrors(session, gateway, kind, (stripe_id,), link.customer_id, link.charge)
+    async def sync_refunds_of_charge(self, charge_id: str, read_began: datetime) -> None:
+        """Mirror every refund the charge has now: one call lists them with the charge's customer."""
+        refunded = await self.gateway.refunded_charge(charge_id, self.turn)
+        await self._write("refund", refunded.refunds, refunded.charge.customer_id, read_began)
 
-
-async def sync_refunds_of_charge(session: AsyncSession, gateway: StripeGateway, charge_id: str) -> None:
-    """Mirror every refund the charge has now: one read lists them and names the customer to lock first."""
-    refunded = await gateway.refunded_charge(charge_id)
-    charge = refunded.charge
-    await _sync_mirrors(session, gateway, "refund", refunded.refund_ids, charge.customer_id, charge)
-
-
-async def _sync_mirrors(
-    session: AsyncSession,
-    gateway: StripeGateway,
-    kind: MirrorKind,
-    stripe_ids: Sequence[str],
-    customer_id: str | None,
-    charge: Charge | None,
-) -> None:
-    """Lock in the billing order (the customer, then the rows by ``stripe_id``), then read and write each object.
-
-    Every object is read after its row's lock (and its customer's) was taken,
-    so of two syncs of one object the later one writes the later state.
-    """
-    workspace_id = await _lock_customer_workspace(session, customer_id)
-    new: list[MirroredObject] = []
-    for row, created in await _lock_mirror_rows(session, _MIRRORS[kind], stripe_ids):
-        obj = await gateway.mirrored(kind, row.stripe_id, charge)
-        if obj.customer_id != customer_id:  # pragma: no cover - a charge's customer does not change
-            raise RuntimeError(
-                f"Stripe {kind} {obj.stripe_id} belongs to customer {obj.customer_id}, not {customer_id} as read "
-                "before locking; retried, to lock the customer it belongs to."
-            )
-        _write_mirror(row, obj, workspace_id)
-        if created and kind != "refund":
-            new.append(obj)
-    await session.flush()
-    for obj in new:
-        _warn_operator(obj, workspace_id)
-
-
-async def _lock_customer_workspace(session: AsyncSession, customer_id: str | None) -> int | None:
-    """Lock the customer (a checkout linking it commits first) and return its workspace's id; None: no customer."""
-    if customer_id is None:
-        return None
-    await lock_customer(session, customer_id)
-    return await session.scalar(select(Workspace.id).where(Workspace.stripe_customer_id == customer_id))
-
-
-async def _lock_mirror_rows(
-    session: AsyncSession, model: _MirrorModel, stripe_ids: Sequence[str]
-) -> list[tuple[StripeMirrorColumns, bool]]:
-    """Each object's row, inserted empty if new, locked one by one in ascending ``stripe_id``; and whether it is new.
-
-    ``ON CONFLICT DO NOTHING`` makes a concurrent first sighting wait for the
-    inserting transaction, then find the row and lock it.
-    """
-    locked = []
-    for stripe_id in sorted(set(stripe_ids)):
-        created = await session.scalar(
-            insert(model)
-            .values(stripe_id=stripe_id)
-            .on_conflict_do_nothing(index_elements=["stripe_id"])
-            .returning(model.id)
-        )
-        row = (await session.scalars(select(model).where(model.stripe_id == stripe_id).with_for_update())).one()
-        locked.append((cast(StripeMirrorColumns, row), created is not None))
-    return locked
-
-
-def _write_mirror(row: StripeMirrorColumns, obj: MirroredObject, workspace_id: int | None) -> None:
-    row.workspace_id = workspace_id
-    row.status, row.amount, row.currency, row.reason = obj.status, obj.amount, obj.currency, obj.reason
-    row.stripe_created_at, row.synced_at = obj.created_at, datetime.now(UTC)
+    async def _write(
+        self, kind: MirrorKind, objects: Sequence[MirroredObject], customer_id: str | None, read_began: datetime
+    ) -> None:
+        workspace_id = None
+        if customer_id is not None:  # a checkout linking the customer commits first
+            await BillingRepository.lock_customer(self.session, customer_id)
+            workspace_id = await BillingRepository.workspace_of_customer(self.session, customer_id)
+        read = {obj.stripe_id: obj for obj in objects}
+        new = []
+        for row, created in await BillingRepository.lock_mirror_rows(self.session, kind, list(read)):
+            obj = read[row.stripe_id]
+            if BillingRepository.write_mirror(row, created, obj, workspace_id, read_began) and created:
+                new.append(obj)
+        await self.session.flush()
+        for obj in new:
+            if kind != "refund":
+                _warn_operator(obj, workspace_id)
 
 
 def _warn_operator(obj: MirroredObject, workspace_id: int | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, String, func
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, SmallInteger, String, func, text
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from app.core.db import Base
@@ -34,3 +34,29 @@ class BillingRefund(StripeMirrorColumns, Base):
 
 class BillingFraudWarning(StripeMirrorColumns, Base):
     __tablename__ = "billing_fraud_warning"
+
+
+class BillingSync(Base):
+    """The syncs of one subject (``customer:cus_...``, ``dispute:dp_...``): which is wanted, and what was read.
+
+    An event asks for a sync of its subject (``pending``; a new ``generation``
+    unless one is pending already); the sync that begins its read clears
+    ``pending``, stamps ``read_began`` and is ``in_flight_generation`` until it
+    has written, so an event that arrives after that asks for the next
+    generation. Under the row's lock the hand-off is race free: an event is
+    covered by a pending sync, by one in flight whose read began after it
+    arrived, or it starts the next.
+    """
+
+    __tablename__ = "billing_sync"
+
+    subject: Mapped[str] = mapped_column(String(255), unique=True, nullable=False)
+    generation: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"), default=0)
+    pending: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"), default=False)
+    # The generation whose read began (at ``read_began``) and has not written yet.
+    in_flight_generation: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    read_began: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # When the pending generation's job is due (its turn, or the end of its backoff).
+    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Stripe calls its last sync made: a sync reserves that many turns of the API budget.
+    calls: Mapped[int] = mapped_column(SmallInteger, nullable=False, server_default=text("1"), default=1)

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
-
-from app.billing.services import billing_columns, lock_customer, paid_seats
+from app.billing.repository import BillingRepository
+from app.billing.services import billing_columns, paid_seats
 from app.billing.stripe_gateway import StripeGateway, stripe_gateway
 from app.core.redaction import SecretScrubber
 from app.core.resources import Resources
-from app.identity.models import Workspace
 from app.identity.seats import reseat
 
 logger = logging.getLogger(__name__)
@@ -83,15 +81,7 @@ class ReconcileReport:
 async def due_workspaces(resources: Resources, *, every: bool) -> list[tuple[int, str]]:
     """Linked workspaces (id, customer) not synced for ``BILLING_RECONCILE_AFTER_HOURS`` (or all of them)."""
     hours = resources.settings.billing_reconcile_after_hours
-    query = select(Workspace.id, Workspace.stripe_customer_id).where(
-        Workspace.stripe_customer_id.is_not(None), Workspace.deleted_at.is_(None)
-    )
-    if not every:
-        stale_before = func.now() - timedelta(hours=hours)
-        query = query.where(or_(Workspace.billing_synced_at.is_(None), Workspace.billing_synced_at < stale_before))
-    async with resources.db.session() as session:
-        rows = (await session.execute(query.order_by(Workspace.id))).all()
-    return [(int(row[0]), str(row[1])) for row in rows]
+    return await BillingRepository(resources.db).due_workspaces(every=every, stale_hours=hours)
 
 
 async def reconcile_billing(resources: Resources, *, every: bool = False, dry_run: bool = False) -> ReconcileReport:
@@ -130,32 +120,22 @@ async def _reconcile_one(
     resources: Resources, gateway: StripeGateway, workspace_id: int, customer_id: str, *, dry_run: bool
 ) -> list[Difference]:
     async with resources.db.session() as session:
-        await lock_customer(session, customer_id)
-        workspace = await session.scalar(
-            select(Workspace)
-            .where(Workspace.id == workspace_id, Workspace.stripe_customer_id == customer_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-        if workspace is None:  # unlinked meanwhile
+        await BillingRepository.lock_customer(session, customer_id)
+        stored = await BillingRepository.locked_billing(session, workspace_id, customer_id)
+        if stored is None:  # unlinked meanwhile
             return []
-        read_from = await session.scalar(select(func.clock_timestamp()))
+        read_began = await BillingRepository.clock(session)
         billing = await gateway.customer_billing(customer_id)
-        wanted = {
-            **billing_columns(billing),
-            "member_limit": paid_seats(billing, resources.settings.free_plan_member_limit),
-        }
+        columns = billing_columns(billing)
+        wanted = {**columns, "member_limit": paid_seats(billing, resources.settings.free_plan_member_limit)}
         differences = [
-            Difference(workspace_id, column, getattr(workspace, column), value)
+            Difference(workspace_id, column, stored[column], value)
             for column, value in wanted.items()
-            if getattr(workspace, column) != value
+            if stored[column] != value
         ]
         if dry_run:
             return differences
-        for column, value in billing_columns(billing).items():
-            setattr(workspace, column, value)
-        workspace.billing_synced_at = read_from
-        await session.flush()
+        await BillingRepository.write_billing(session, workspace_id, columns, read_began)
         _, seats = await reseat(session, workspace_id, wanted["member_limit"])
         await session.commit()
     if seats.changed:

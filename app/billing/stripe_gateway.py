@@ -9,11 +9,12 @@ Handlers never trust an event body, so every sync reads Stripe. This file owns
 the client (one per process: ``stripe.HTTPXClient`` binds to the event loop
 that first uses it, and is closed with the process's resources), the timeout
 of every call, the base URL (a stub in tests and demos), the fleet's one API
-budget (``budget``: every call takes a slot first) and the mapping of
-Stripe's failures onto the queue's rules: a 429 pauses the budget for its
-``Retry-After`` and the call is made again within the same attempt; a 4xx
-other than 408/425/429 is permanent; anything else (5xx, timeouts, refused
-connections) is retried with backoff.
+budget (``budget``: every call takes a slot first, from the sync's ``Turn``
+when a sync makes it) and the mapping of Stripe's failures onto the queue's
+rules: a 429 pauses the budget for its ``Retry-After``, then a command's call
+is made again (a sync comes back after it: it holds its locks meanwhile); a
+4xx other than 408/425/429 is permanent; anything else (5xx, timeouts,
+refused connections) is retried with backoff.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from urllib.parse import quote
 
 import stripe
 
-from app.billing.budget import MAX_WAIT_SECONDS, StripeBudget
+from app.billing.budget import MAX_WAIT_SECONDS, StripeBudget, Turn
 from app.billing.stripe_objects import (
     Charge,
     CheckoutSession,
@@ -45,7 +46,6 @@ from app.core.settings import Settings
 from app.queue.errors import RetryLater, error_for_http_status
 
 logger = logging.getLogger(__name__)
-EXTENSION_KEY = "billing.stripe_gateway"
 # A customer with more subscriptions than this is not a seat-based SaaS customer; the newest ones count.
 _SUBSCRIPTION_PAGE = 100
 _EVENTS_PAGE = 100
@@ -94,16 +94,16 @@ class StripeGateway:
     async def close(self) -> None:
         await self._http.close_async()
 
-    async def customer_billing(self, customer_id: str, *, may_park: bool = False) -> CustomerBilling:
+    async def customer_billing(self, customer_id: str, turn: Turn | None = None) -> CustomerBilling:
         """One call when the customer has a current subscription (they come expanded), two when it has none.
 
-        ``may_park``: the caller is a job that may come back for its turn of the budget (``BudgetParked``).
+        ``turn``: the sync's reserved calls (else each call takes the first free slot).
         """
         customer = await self._get(
             "customers.retrieve",
             f"customer {customer_id}",
             _path("customers", customer_id),
-            park_key=f"customer:{customer_id}" if may_park else None,
+            turn=turn,
             expand=["subscriptions"],
         )
         if customer.get("deleted"):
@@ -113,35 +113,36 @@ class StripeGateway:
             # No current one: the newest of any state is shown (a cancellation stays visible).
             what = f"subscriptions of customer {customer_id}"
             everything: dict[str, Any] = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
-            listed = (await self._get("subscriptions.list", what, "/v1/subscriptions", **everything))["data"]
+            listed = (await self._get("subscriptions.list", what, "/v1/subscriptions", turn=turn, **everything))["data"]
         newest_first = sorted(listed, key=lambda sub: sub.get("created") or 0, reverse=True)
         return CustomerBilling(customer_id, False, tuple(parse_subscription(sub) for sub in newest_first))
 
-    async def checkout_session(self, session_id: str) -> CheckoutSession:
+    async def checkout_session(self, session_id: str, turn: Turn | None = None) -> CheckoutSession:
         what, path = f"checkout session {session_id}", _path("checkout/sessions", session_id)
-        session = await self._get("checkout.sessions.retrieve", what, path)
+        session = await self._get("checkout.sessions.retrieve", what, path, turn=turn)
         return CheckoutSession(
             id=session_id,
             customer_id=link_id(session.get("customer")),
             client_reference_id=session.get("client_reference_id") or None,
         )
 
-    async def refunded_charge(self, charge_id: str) -> RefundedCharge:
-        """The charge, with the refunds it has now (one call: they are expanded)."""
+    async def refunded_charge(self, charge_id: str, turn: Turn | None = None) -> RefundedCharge:
+        """The charge, with the refunds it has now as they are (one call: they come expanded)."""
         data = await self._get(
-            "charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), expand=["refunds"]
+            "charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), turn=turn, expand=["refunds"]
         )
-        refund_ids = tuple(str(refund["id"]) for refund in (data.get("refunds") or {}).get("data", []))
-        return RefundedCharge(parse_charge(data), refund_ids)
+        charge = parse_charge(data)
+        refunds = (data.get("refunds") or {}).get("data", [])
+        return RefundedCharge(charge, tuple(self._mirror("refund", refund, charge) for refund in refunds))
 
-    async def mirrored(self, kind: MirrorKind, stripe_id: str, known_charge: Charge | None = None) -> MirroredObject:
-        """The object, then its charge: the charge says which customer (so which workspace) it concerns.
+    async def mirrored(self, kind: MirrorKind, stripe_id: str, turn: Turn | None = None) -> MirroredObject:
+        """The object, then its charge: the charge says which customer (so which workspace) it concerns."""
+        path = _path(_MIRROR_PATHS[kind], stripe_id)
+        obj = await self._get(f"{kind}s.retrieve", f"{kind} {stripe_id}", path, turn=turn)
+        return self._mirror(kind, obj, await self._charge_of(obj, turn))
 
-        ``known_charge``: the object's charge as read before; what billing takes
-        from it never changes (see ``Charge``), so it is not read again.
-        """
-        obj = await self._get(f"{kind}s.retrieve", f"{kind} {stripe_id}", _path(_MIRROR_PATHS[kind], stripe_id))
-        charge = await self._charge_of(obj, known_charge)
+    @staticmethod
+    def _mirror(kind: MirrorKind, obj: dict[str, Any], charge: Charge | None) -> MirroredObject:
         if kind == "early_fraud_warning":  # a warning has no status or amount of its own: its charge's
             obj = {
                 **obj,
@@ -152,7 +153,7 @@ class StripeGateway:
             }
         return MirroredObject(
             kind=kind,
-            stripe_id=stripe_id,
+            stripe_id=str(obj["id"]),
             status=obj.get("status"),
             amount=obj.get("amount"),
             currency=obj.get("currency"),
@@ -175,25 +176,25 @@ class StripeGateway:
         page = await self._get("events.list", "the event list", "/v1/events", **params)
         return list(page["data"]), bool(page.get("has_more"))
 
-    async def _charge_of(self, obj: dict[str, Any], known: Charge | None) -> Charge | None:
+    async def _charge_of(self, obj: dict[str, Any], turn: Turn | None) -> Charge | None:
         charge_id = link_id(obj.get("charge"))
         if charge_id is None:
             return None
-        if known is not None and known.id == charge_id:
-            return known
-        return parse_charge(await self._get("charges.retrieve", f"charge {charge_id}", _path("charges", charge_id)))
+        charge = await self._get("charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), turn=turn)
+        return parse_charge(charge)
 
     async def _get(
-        self, operation: str, what: str, path: str, *, park_key: str | None = None, **params: Any
+        self, operation: str, what: str, path: str, *, turn: Turn | None = None, **params: Any
     ) -> dict[str, Any]:
-        """One GET through the budget, as the JSON Stripe sent; a 429 is waited out and the call made again.
+        """One GET through the budget, as the JSON Stripe sent.
 
         ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages;
-        ``park_key``: see ``StripeBudget.acquire``.
+        ``turn``: the calling sync's reserved calls. A 429 pauses the budget; a sync's call is then retried by
+        its job after the pause (``RetryLater``), a command's is waited out and made again.
         """
         started = time.monotonic()
         while True:
-            STRIPE_BUDGET_WAIT.observe(await self.budget.acquire(park_key))
+            STRIPE_BUDGET_WAIT.observe(await (turn.call() if turn is not None else self.budget.acquire()))
             try:
                 response = await self._client.raw_request_async("get", path, **params)
             except stripe.StripeError as exc:
@@ -202,12 +203,11 @@ class StripeGateway:
                     raise self._mapped(what, exc) from exc
                 wait = _retry_after(exc) or _DEFAULT_RETRY_AFTER_SECONDS
                 await self.budget.pause(wait)  # every process waits, also when this attempt gives up
-                if time.monotonic() - started + wait > MAX_WAIT_SECONDS:
-                    raise RetryLater(f"Stripe keeps answering 429 reading {what}", after_seconds=wait) from exc
+                if turn is not None or time.monotonic() - started + wait > MAX_WAIT_SECONDS:
+                    raise RetryLater(f"Stripe answered 429 reading {what}", after_seconds=wait) from exc
                 logger.warning(
                     "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.", what, wait
                 )
-                park_key = None  # told to wait: this attempt waits it out and reads again (docs/behaviour.md)
                 continue
             child(STRIPE_REQUESTS, operation, "200").inc()
             data: dict[str, Any] = response.data
@@ -233,19 +233,26 @@ class StripeGateway:
         )
 
 
+def stripe_budget(resources: Resources) -> StripeBudget:
+    """The process's share of the fleet's Stripe API budget (built on first use)."""
+    settings = resources.settings
+    return resources.shared(
+        StripeBudget,
+        lambda: StripeBudget(
+            resources.redis, per_second=settings.stripe_api_rate_limit_per_second, namespace=settings.redis_namespace
+        ),
+    )
+
+
 def stripe_gateway(resources: Resources) -> StripeGateway:
     """The process's gateway, built on first use and closed with the resources (one HTTP client per process)."""
-    gateway = resources.extensions.get(EXTENSION_KEY)
-    if gateway is None:
-        settings = resources.settings
-        if not settings.stripe_api_key:
-            # Retried, not permanent: once the key is deployed the waiting events heal by themselves.
-            raise RuntimeError("Cannot read billing state from Stripe: STRIPE_API_KEY is not set. Set it.")
-        budget = StripeBudget(
-            resources.redis, per_second=settings.stripe_api_rate_limit_per_second, namespace=settings.redis_namespace
-        )
-        gateway = StripeGateway(settings, budget)
-        resources.extensions[EXTENSION_KEY] = gateway
+    if not resources.settings.stripe_api_key:
+        # Retried, not permanent: once the key is deployed the waiting events heal by themselves.
+        raise RuntimeError("Cannot read billing state from Stripe: STRIPE_API_KEY is not set. Set it.")
+
+    def build() -> StripeGateway:
+        gateway = StripeGateway(resources.settings, stripe_budget(resources))
         resources.add_closer(gateway.close)
-    assert isinstance(gateway, StripeGateway)
-    return gateway
+        return gateway
+
+    return resources.shared(StripeGateway, build)

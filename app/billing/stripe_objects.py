@@ -56,14 +56,6 @@ class Charge:
 
 
 @dataclass(frozen=True)
-class RefundedCharge:
-    """A charge and the ids of its refunds, as Stripe lists them now."""
-
-    charge: Charge
-    refund_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class MirroredObject:
     """A dispute, refund or early fraud warning as read, with the customer its charge belongs to."""
 
@@ -76,6 +68,14 @@ class MirroredObject:
     created_at: datetime | None
     customer_id: str | None
     charge: Charge | None
+
+
+@dataclass(frozen=True)
+class RefundedCharge:
+    """A charge and its refunds, as Stripe lists them now."""
+
+    charge: Charge
+    refunds: tuple[MirroredObject, ...]
 
 
 def timestamp(value: Any) -> datetime | None:

@@ -38,8 +38,12 @@ class MessageQueue(Protocol):
         deduplication_id: str | None = None,
         session: AsyncSession | None = None,
         request_id: JobRequestId = CURRENT_REQUEST,
+        tenant_key: str | None = None,
     ) -> str | None:
         """Queue a job; ``None`` when a job with that deduplication id waits, runs or retries.
+
+        ``tenant_key``: whose work it is (a workspace, a customer): a queue serves its tenants in turn, so one
+        tenant's backlog does not hold up another's job. By default the job class's ``tenant_field`` of the data.
 
         ``request_id``: the request the job is for, on every line it writes and on its Sentry events; by
         default the request (or job) that queues it. A job that works for an inbox event queued earlier
@@ -64,6 +68,7 @@ class MessageQueue(Protocol):
         items: Sequence[tuple[Any, str | None]],
         *,
         request_ids: Sequence[str | None] | None = None,
+        tenant_keys: Sequence[str | None] | None = None,
     ) -> list[str | None]:
         """``add`` for several jobs of one class, given as (data, deduplication id): per job, its id or ``None``.
 
@@ -87,11 +92,8 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def state(self, deduplication_id: str) -> JobState: ...
-
-    async def run_now(self, deduplication_id: str) -> bool:
-        """Make the waiting job with that deduplication id due now (a retry waiting out its backoff);
-        False when no such job waits (absent, or already running)."""
+    async def state(self, deduplication_id: str, queue: str) -> JobState:
+        """Whether the job with that deduplication id waits on ``queue`` (due or deferred), runs, or is absent."""
         ...
 
     async def close(self) -> None: ...
@@ -113,8 +115,6 @@ class Resources:
         self.db = db
         self.redis = redis
         self.modules = tuple(modules)
-        # The string-keyed form of ``shared``, still read by the Stripe gateway; new code uses ``shared``.
-        self.extensions: dict[str, Any] = {}
         self._shared: dict[type[Any], Any] = {}
         self._closers: list[Callable[[], Awaitable[None]]] = []
 

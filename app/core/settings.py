@@ -68,8 +68,6 @@ class Settings:
     stripe_api_rate_limit_per_second: int = field(
         default=20, metadata=env("STRIPE_API_RATE_LIMIT_PER_SECOND", kind.whole(1))
     )
-    # Off only for measurements (the bench's reference): every event then reads Stripe again.
-    billing_coalesce_reads: bool = field(default=True, metadata=env("BILLING_COALESCE_READS", kind.flag))
     stripe_webhook_secrets: tuple[str, ...] = field(
         default=(), metadata=env("STRIPE_WEBHOOK_SECRET", kind.whsec_list, secret="value")
     )

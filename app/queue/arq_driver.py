@@ -2,7 +2,9 @@
 
 Everything written to Redis carries ``settings.redis_namespace``: the arq queue
 is ``<namespace><queue name>`` and a job id is ``<namespace><deduplication id>``
-(or a random id), so tests and several apps can share one Redis.
+(or a random id), so tests and several apps can share one Redis. Jobs are
+written by ``app.queue.arq_adapter`` (one script call, placed by their tenant's
+turn); a job's state is read with arq's own ``Job``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from datetime import timedelta
 from typing import Any, cast
 
 from arq.connections import ArqRedis
-from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
-from arq.jobs import serialize_job
+from arq.jobs import Job as ArqJob
+from arq.jobs import JobStatus
 from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,14 +28,22 @@ from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import JobState
 from app.core.settings import Settings
-from app.queue.encoded import EncodedJob, encode_job, encode_jobs, job_kwargs, namespaced
+from app.queue.arq_adapter import ArqEnqueuer
+from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
-from app.queue.queues import QueueName
 from app.queue.serialization import deserialize, serialize
 
 logger = logging.getLogger(__name__)
+
+_STATES: dict[JobStatus, JobState] = {
+    JobStatus.queued: "queued",
+    JobStatus.deferred: "deferred",
+    JobStatus.in_progress: "in_progress",
+    JobStatus.complete: "absent",  # finished: its id is free (no result is kept)
+    JobStatus.not_found: "absent",
+}
 
 
 def queue_key(settings: Settings, queue: str) -> str:
@@ -48,30 +58,6 @@ def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> Arq
     return redis
 
 
-# arq's ``enqueue_job`` in one round trip: it WATCHes the job key, checks that
-# neither the job nor its result exists, then MULTI/PSETEX/ZADD/EXEC (three
-# round trips, and a connection pinned in between). The script does the same
-# check-and-write atomically, writing the same keys with the same bytes, for
-# one job or a batch (a recovery page, an outbox relay): one call however many,
-# so Redis parses one command and answers one reply instead of one per job.
-# Per job, KEYS: job key, result key, queue; ARGV: serialized job, expiry (ms), score, job id.
-# Returns 1 (queued) or 0 (the job or its result exists) per job, in order.
-_ENQUEUE_LUA = """
-local queued = {}
-for i = 0, #ARGV / 4 - 1 do
-  local k, a = i * 3, i * 4
-  if redis.call('EXISTS', KEYS[k + 1], KEYS[k + 2]) > 0 then
-    queued[i + 1] = 0
-  else
-    redis.call('PSETEX', KEYS[k + 1], ARGV[a + 2], ARGV[a + 1])
-    redis.call('ZADD', KEYS[k + 3], ARGV[a + 3], ARGV[a + 4])
-    queued[i + 1] = 1
-  end
-end
-return queued
-"""
-
-
 class ArqQueue:
     def __init__(self, settings: Settings, db: Database, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
         self.settings = settings
@@ -79,7 +65,7 @@ class ArqQueue:
         self.timeout = timeout
         # Every call below runs under asyncio.timeout(self.timeout).
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
-        self._enqueue = self.redis.register_script(_ENQUEUE_LUA)
+        self._enqueuer = ArqEnqueuer(self.redis, lambda queue: queue_key(settings, queue))
 
     async def add(
         self,
@@ -91,6 +77,7 @@ class ArqQueue:
         deduplication_id: str | None = None,
         session: AsyncSession | None = None,
         request_id: JobRequestId = CURRENT_REQUEST,
+        tenant_key: str | None = None,
     ) -> str | None:
         job = encode_job(
             self.settings,
@@ -100,6 +87,7 @@ class ArqQueue:
             delay=delay,
             deduplication_id=deduplication_id,
             request_id=request_id,
+            tenant_key=tenant_key,
         )
         if session is not None:
             stage(session, job)
@@ -113,6 +101,7 @@ class ArqQueue:
         items: Sequence[tuple[Any, str | None]],
         *,
         request_ids: Sequence[str | None] | None = None,
+        tenant_keys: Sequence[str | None] | None = None,
     ) -> list[str | None]:
         """``add`` for several jobs of one class (data, deduplication id) in one round trip."""
         ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
@@ -120,6 +109,7 @@ class ArqQueue:
             self.settings,
             job_cls,
             [(data, dedup, request_id) for (data, dedup), request_id in zip(items, ids, strict=True)],
+            tenant_keys=tenant_keys,
         )
         return await self.enqueue_encoded(jobs, what=job_cls.name())
 
@@ -130,13 +120,9 @@ class ArqQueue:
         """
         if not jobs:
             return []
-        keys: list[str] = []
-        args: list[Any] = []
-        for job in jobs:
-            self._append_enqueue_call(job, keys, args)
         try:
             async with asyncio.timeout(self.timeout):
-                results = await self._enqueue(keys=keys, args=args)
+                results = await self._enqueuer.enqueue(jobs, timestamp_ms())
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._unavailable(what, exc) from exc
         return [self._queued_id(job, queued) for queued, job in zip(results, jobs, strict=True)]
@@ -147,13 +133,7 @@ class ArqQueue:
 
         return await relay_outbox(self.db, send, session=session)
 
-    def _append_enqueue_call(self, job: EncodedJob, keys: list[str], args: list[Any]) -> None:
-        """Add the job's keys and arguments of ``_ENQUEUE_LUA``: what arq's ``enqueue_job`` would write."""
-        envelope = serialize_job(job.name, (job.data,), job_kwargs(job), None, job.enqueued_ms, serializer=serialize)
-        keys += [job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue_key(self.settings, job.queue)]
-        args += [envelope, job.expires_in_ms(timestamp_ms()), job.run_at_ms, job.job_id]
-
-    def _queued_id(self, job: EncodedJob, queued: Any) -> str | None:
+    def _queued_id(self, job: EncodedJob, queued: bool) -> str | None:
         if not queued:
             logger.debug("%s %s is already queued or running: not queued again.", job.name, job.job_id)
             return None
@@ -166,39 +146,20 @@ class ArqQueue:
             "The job was not queued; check that Redis is running and REDIS_URL points at it."
         )
 
-    async def state(self, deduplication_id: str) -> JobState:
-        job_id = namespaced(self.settings, deduplication_id)
+    async def state(self, deduplication_id: str, queue: str) -> JobState:
+        """Whether the job with that deduplication id waits on ``queue`` (due or deferred), runs, or is absent."""
+        job = ArqJob(
+            namespaced(self.settings, deduplication_id), self.redis, _queue_name=queue_key(self.settings, queue)
+        )
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.exists(in_progress_key_prefix + job_id)
-                pipe.exists(job_key_prefix + job_id)
-                for queue in QueueName:
-                    pipe.zscore(queue_key(self.settings, queue), job_id)
-                running, waiting, *scores = await asyncio.wait_for(pipe.execute(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                status = await job.status()
         except (TimeoutError, RedisError, OSError) as exc:
             raise QueueUnavailableError(
                 f"Could not read the state of job {deduplication_id!r}: Redis did not answer within "
                 f"{self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'})."
             ) from exc
-        if running:
-            return "in_progress"
-        if not waiting:
-            return "absent"
-        score = next((s for s in scores if s is not None), None)
-        return "deferred" if score is not None and score > timestamp_ms() else "queued"
-
-    async def run_now(self, deduplication_id: str) -> bool:
-        job_id = namespaced(self.settings, deduplication_id)
-        try:
-            if await asyncio.wait_for(self.redis.exists(in_progress_key_prefix + job_id), self.timeout):
-                return False  # running now (arq keeps it in the queue's set until it ends)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for queue in QueueName:  # XX: only the set it waits in
-                    pipe.zadd(queue_key(self.settings, queue), {job_id: timestamp_ms()}, xx=True, ch=True)
-                changed = await asyncio.wait_for(pipe.execute(), self.timeout)
-        except (TimeoutError, RedisError, OSError) as exc:
-            raise self._unavailable(f"job {deduplication_id!r} (to run it now)", exc) from exc
-        return any(changed)
+        return _STATES[status]
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

@@ -4,6 +4,10 @@
 row and the relay rebuilds them from it. Both reach Redis through one enqueue
 path, so a relayed job is byte for byte what ``add`` would have queued, with
 the id fixed when it was encoded.
+
+A job asked for now (no ``delay``) is *fair*: its place in the queue is decided
+when it is written, from its tenant's turn (``app.queue.fairness``). A job with
+a delay keeps its real due time.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ class EncodedJob:
     enqueued_ms: int
     # The request it was queued for (``X-Request-Id``): every line the job writes carries it.
     request_id: str | None = None
+    # Whose work it is (a workspace, a Stripe customer): tenants of one queue are served in turn.
+    tenant_key: str | None = None
+    # Placed by its tenant's turn (asked for now), or at ``run_at_ms`` (a delay, or a queue served by time).
+    fair: bool = False
 
     def expires_in_ms(self, now_ms: int) -> int:
         """The lifetime to give the job's key when it is written at ``now_ms``."""
@@ -60,13 +68,20 @@ def encode_job(
     delay: timedelta | None = None,
     deduplication_id: str | None = None,
     request_id: JobRequestId = CURRENT_REQUEST,
+    tenant_key: str | None = None,
 ) -> EncodedJob:
     """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times.
 
     ``request_id``: the request the job is for (every line it writes carries it); by default the one queuing it.
+    ``tenant_key``: whose work it is; by default the data's field the class names (``Job.tenant_field``).
     """
     (job,) = encode_jobs(
-        settings, job_cls, [(data, deduplication_id, request_id)], retry_limit=retry_limit, delay=delay
+        settings,
+        job_cls,
+        [(data, deduplication_id, request_id)],
+        retry_limit=retry_limit,
+        delay=delay,
+        tenant_keys=[tenant_key],
     )
     return job
 
@@ -78,31 +93,40 @@ def encode_jobs(
     *,
     retry_limit: int | None = None,
     delay: timedelta | None = None,
+    tenant_keys: Sequence[str | None] | None = None,
 ) -> list[EncodedJob]:
     """``encode_job`` for several jobs of one class, each (data, deduplication id, request id).
 
     The class's retry policy and the lifetime it gives a job are worked out once
-    for all of them (the recovery cron queues pages of 500).
+    for all of them (the recovery cron queues pages of 500). ``tenant_keys``:
+    each job's, in the order of ``items`` (None: the class's ``tenant_field``).
     """
     policy = job_cls.retry_policy(settings)
     limit = policy.retry_limit if retry_limit is None else retry_limit
     expires_after_ms = to_ms(expires_after_seconds(policy, limit, 0.0))
     name, queue, now = job_cls.name(), str(job_cls.queue), timestamp_ms()
     run_at_ms = now + (to_ms(delay) or 0)
-    return [
-        EncodedJob(
-            name=name,
-            queue=queue,
-            job_id=namespaced(settings, deduplication_id or uuid.uuid4().hex),
-            data=job_cls.encode_data(data),
-            retry_limit=limit,
-            run_at_ms=run_at_ms,
-            expires_after_ms=expires_after_ms,
-            enqueued_ms=now,
-            request_id=request_id_for_job(request_id),
+    fair = delay is None and job_cls.fair
+    keys = tenant_keys if tenant_keys is not None else [None] * len(items)
+    jobs = []
+    for (data, deduplication_id, request_id), tenant_key in zip(items, keys, strict=True):
+        encoded = job_cls.encode_data(data)
+        jobs.append(
+            EncodedJob(
+                name=name,
+                queue=queue,
+                job_id=namespaced(settings, deduplication_id or uuid.uuid4().hex),
+                data=encoded,
+                retry_limit=limit,
+                run_at_ms=run_at_ms,
+                expires_after_ms=expires_after_ms,
+                enqueued_ms=now,
+                request_id=request_id_for_job(request_id),
+                tenant_key=tenant_key if tenant_key is not None else job_cls.tenant_of(encoded),
+                fair=fair,
+            )
         )
-        for data, deduplication_id, request_id in items
-    ]
+    return jobs
 
 
 def job_kwargs(job: EncodedJob) -> dict[str, Any]:

@@ -11,12 +11,14 @@ class PermanentError(Exception):
 
 
 class RetryLater(Exception):
-    """Retry after a delay the remote side asked for (HTTP 429 ``Retry-After``)."""
+    """Run again after a delay: the remote side asked for it (HTTP 429 ``Retry-After``), or the job's turn is later.
+
+    It is a try like any other (arq counts it); a job that defers itself often
+    sets a ``retry_limit`` to match. Not reported to Sentry: it is not a fault.
+    """
 
     log_level: ClassVar[int] = logging.WARNING
     """How the deferral is logged: a subclass that is routine (not a sign of trouble) logs it at info."""
-    counts_as_try: ClassVar[bool] = True
-    """False: the worker gives the try back (a job waiting for a turn it holds has not tried), up to a bound."""
 
     def __init__(self, message: str, *, after_seconds: float) -> None:
         super().__init__(message)

@@ -9,6 +9,11 @@ Retries are declared once, as class attributes (``retry_limit``,
 ``backoff_base_seconds``, ``backoff_cap_seconds``, ``timeout_seconds``); a
 value may name a setting instead (``FromSetting("webhook_retry_limit")``), and
 ``add(..., retry_limit=...)`` overrides the limit for one job.
+
+Tenants of one queue are served in turn (``app.queue.fairness``): a job names
+its tenant with ``add(..., tenant_key=...)``, or the class names the field of
+its data that holds it (``tenant_field = "workspace_id"``). A job without one
+shares the queue's anonymous tenant.
 """
 
 from __future__ import annotations
@@ -75,6 +80,11 @@ class Job(Generic[DataT]):
     backoff_cap_seconds: ClassVar[float | FromSetting] = DEFAULT_BACKOFF_CAP_SECONDS
     timeout_seconds: ClassVar[int | FromSetting] = DEFAULT_TIMEOUT_SECONDS
     data_type: ClassVar[type[Any]]
+    tenant_field: ClassVar[str | None] = None
+    """The field of the job's data that says whose work it is (a workspace id...): tenants are served in turn."""
+    fair: ClassVar[bool] = True
+    """False: a job asked for now is placed by the time it was asked for, not its tenant's turn (the Stripe
+    syncs, each queued for its turn of the API budget)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -101,6 +111,14 @@ class Job(Generic[DataT]):
             backoff_cap_seconds=_value(cls.backoff_cap_seconds, settings),
             timeout_seconds=_value(cls.timeout_seconds, settings),
         )
+
+    @classmethod
+    def tenant_of(cls, encoded: Any) -> str | None:
+        """The tenant named by ``tenant_field`` in the job's encoded data (None: the queue's anonymous tenant)."""
+        if cls.tenant_field is None or not isinstance(encoded, dict):
+            return None
+        value = encoded.get(cls.tenant_field)
+        return None if value is None else str(value)
 
     @classmethod
     def encode_data(cls, data: DataT) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Integer, String, Text, UniqueConstraint, func
+from sqlalchemy import Boolean, DateTime, Integer, String, Text, UniqueConstraint, func, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -59,4 +59,7 @@ class JobOutbox(Base):
     expires_after_seconds: Mapped[int] = mapped_column(Integer, nullable=False)
     # The request the job was staged for: its lines carry the same request_id.
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # Whose work it is, and whether the relay places it by its tenant's turn (asked for now) or at ``run_at``.
+    tenant_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    fair: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"), default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

@@ -66,6 +66,8 @@ def stage(session: AsyncSession, job: EncodedJob) -> None:
         run_at=datetime.fromtimestamp(job.run_at_ms / 1000, UTC),
         expires_after_seconds=math.ceil(job.expires_after_ms / 1000),
         request_id=job.request_id,
+        tenant_key=job.tenant_key,
+        fair=job.fair,
     )
     session.add(row)
     session.info.setdefault(_STAGED, []).append(row)
@@ -141,6 +143,8 @@ def _encoded(row: Row[Any]) -> EncodedJob:
         expires_after_ms=row.expires_after_seconds * 1000,
         enqueued_ms=_ms(row.created_at),
         request_id=row.request_id,
+        tenant_key=row.tenant_key,
+        fair=row.fair,
     )
 
 

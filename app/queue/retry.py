@@ -31,9 +31,15 @@ def retry_delay(policy: RetryPolicy, attempt: int, exc: BaseException) -> float:
     return backoff_seconds(policy, attempt)
 
 
+MAX_EXPIRES_SECONDS = 30 * 24 * 3600.0
+"""A job that reschedules itself without end (a sync) lives this long at most; recovery queues its work again."""
+
+
 def expires_after_seconds(policy: RetryPolicy, retry_limit: int, delay_seconds: float) -> float:
     """How long the queued job must live in Redis to survive every retry (arq does not refresh it)."""
     budget = delay_seconds + 24 * 3600.0
     for attempt in range(1, retry_limit + 1):
         budget += backoff_seconds(policy, attempt, uniform=lambda _, high: high) + policy.timeout_seconds
+        if budget >= MAX_EXPIRES_SECONDS:
+            return MAX_EXPIRES_SECONDS
     return budget

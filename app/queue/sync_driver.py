@@ -51,6 +51,7 @@ class SyncQueue:
         deduplication_id: str | None = None,
         session: AsyncSession | None = None,
         request_id: JobRequestId = CURRENT_REQUEST,
+        tenant_key: str | None = None,
     ) -> str | None:
         job = encode_job(
             self.settings,
@@ -60,6 +61,7 @@ class SyncQueue:
             delay=delay,
             deduplication_id=deduplication_id,
             request_id=request_id,
+            tenant_key=tenant_key,
         )
         if session is not None:
             self._classes.setdefault(job.name, job_cls)
@@ -73,11 +75,13 @@ class SyncQueue:
         items: Sequence[tuple[Any, str | None]],
         *,
         request_ids: Sequence[str | None] | None = None,
+        tenant_keys: Sequence[str | None] | None = None,
     ) -> list[str | None]:
         ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
+        keys: Sequence[str | None] = [None] * len(items) if tenant_keys is None else tenant_keys
         return [
-            await self.add(job_cls, data, deduplication_id=dedup, request_id=request_id)
-            for (data, dedup), request_id in zip(items, ids, strict=True)
+            await self.add(job_cls, data, deduplication_id=dedup, request_id=request_id, tenant_key=key)
+            for (data, dedup), request_id, key in zip(items, ids, keys, strict=True)
         ]
 
     async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
@@ -118,12 +122,9 @@ class SyncQueue:
             )
         return job_cls
 
-    async def state(self, deduplication_id: str) -> JobState:
+    async def state(self, deduplication_id: str, queue: str) -> JobState:
         job_id = namespaced(self.settings, deduplication_id)
         return "in_progress" if job_id in self._running else "absent"
-
-    async def run_now(self, deduplication_id: str) -> bool:
-        return False  # jobs run inline: none ever waits
 
     async def close(self) -> None:
         return None

@@ -102,6 +102,8 @@ class StripeStub(StripeStubState, LoopbackServer):
             return _error(404, f"No such {kind}: '{object_id}'", code="resource_missing", param="id")
         if kind == "customer" and "subscriptions" in (expand or []) and not body.get("deleted"):
             body = self._expanded_customer(body)
+        if kind == "charge" and "refunds" in (expand or []):
+            body = self._expanded_charge(body)
         return _answer(200, body)
 
     def _list_subscriptions(self, customer: str | None, status: str | None, limit: int) -> Response[Any]:

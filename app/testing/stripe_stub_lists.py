@@ -64,6 +64,14 @@ class StripeStubLists:
         url = f"/v1/customers/{customer['id']}/subscriptions"
         return {**customer, "subscriptions": {"object": "list", "data": current, "has_more": False, "url": url}}
 
+    def _expanded_charge(self, charge: dict[str, Any]) -> dict[str, Any]:
+        """``expand[]=refunds``: the charge's refunds as they are, newest first."""
+        with self._lock:
+            refunds = [copy.deepcopy(r) for r in reversed(self._objects["refund"].values())]
+        mine = [r for r in refunds if r.get("charge") == charge["id"]]
+        url = f"/v1/charges/{charge['id']}/refunds"
+        return {**charge, "refunds": {"object": "list", "data": mine, "has_more": False, "url": url}}
+
     # rate limit ----------------------------------------------------------------
     def enforce_rate_limit(self, per_second: int | None) -> None:
         """Every /v1 request beyond ``per_second`` in any one-second window answers 429 (None: no limit)."""

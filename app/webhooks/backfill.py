@@ -13,7 +13,7 @@ as they are (a set-aside one is not reopened: that is the operator's call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,12 +26,14 @@ from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import report_message
 from app.webhooks.event_source import EventSource, ListedEvent
+from app.webhooks.handlers import EventKeys, Payload, event_keys
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from app.webhooks.payload import PayloadError, decode_payload, encode_for_inbox
 from app.webhooks.verification import VerifiedEvent
 
 logger = logging.getLogger(__name__)
+KeysOf = Callable[[str, Payload], EventKeys]
 
 
 @dataclass
@@ -81,11 +83,13 @@ async def backfill(
 ) -> BackfillReport:
     """Store the listed events the inbox lacks; alert once if any were missing (never on a dry run)."""
     report, inbox = BackfillReport(source.label, dry_run), Inbox(resources.db)
+    keys = event_keys(resources.modules, provider)
     async for page in source.pages(resources, since, until):
         missing = await inbox.missing(provider, [event.event_id for event in page])
         report.already += len(page) - len(missing)
         for event in page:
-            if event.event_id in missing and (dry_run or await _store(resources, inbox, provider, event, report)):
+            stored = event.event_id in missing and (dry_run or await _store(resources, keys, provider, event, report))
+            if stored:
                 report.stored += 1
                 if report.oldest is None or event.created < report.oldest.created:
                     report.oldest = event
@@ -94,8 +98,8 @@ async def backfill(
     return report
 
 
-async def _store(resources: Resources, inbox: Inbox, provider: str, event: ListedEvent, report: BackfillReport) -> bool:
-    """As intake stores a delivery: the same checks and encoding, one row per event, its job queued."""
+async def _store(resources: Resources, keys: KeysOf, provider: str, event: ListedEvent, report: BackfillReport) -> bool:
+    """As intake stores a delivery: the same checks, encoding and keys, one row per event, its job queued."""
     try:
         raw = _json(event.payload)
         verified = VerifiedEvent.of(event.event_id, event.event_type, decode_payload(raw))
@@ -104,13 +108,18 @@ async def _store(resources: Resources, inbox: Inbox, provider: str, event: Liste
         logger.error("Backfill skipped %s event %s: %s", provider, event.event_id, exc)
         return False
     text, _ = encode_for_inbox(verified.payload, raw)
-    stored = await inbox.store(provider, verified.event_id, verified.event_type, text)
+    key = keys(verified.event_type, verified.payload)
+    stored = await Inbox(resources.db).store(
+        provider, verified.event_id, verified.event_type, text, tenant_key=key.tenant, sync_subject=key.subject
+    )
     if stored.outcome != "inserted":  # delivered meanwhile
         report.already += 1
         return False
     child(EVENTS_BACKFILLED, provider).inc()
     try:
-        await queue_processing(resources.queue, stored.row_id, request_id=stored.request_id)
+        await queue_processing(
+            resources.queue, provider, stored.row_id, tenant_key=stored.tenant_key, request_id=stored.request_id
+        )
     except Exception as exc:  # stored: the recovery cron queues it
         logger.warning("Backfilled %s event %s but could not queue it (%s).", provider, event.event_id, exc)
     return True

@@ -2,9 +2,15 @@
 
 Handlers belong to the feature module that owns the data (billing for Stripe,
 identity for Clerk) and are declared in that module's ``MODULE.webhook_handlers``,
-as :class:`EventRoutes` (types to handlers). Those routes are the one list of
-the types handled: the intake stores an event only if a loaded module routes
-its type, and the worker runs the handler it routes to.
+as :class:`EventRoutes` (types to handlers, each applied in the event's own
+transaction) or :class:`SyncedEvents` (types whose state a *sync* of their
+subject reads back from the provider, covering every event of that subject at
+once). Either is the one list of the types handled: the intake stores an event
+only if a loaded module routes its type, and the worker runs what it routes to.
+
+Each also decides, from the verified body, the event's :class:`EventKeys`: its
+tenant (whose turn it takes in the provider's queue) and, for synced events,
+its subject. The intake stores both with the row.
 """
 
 from __future__ import annotations
@@ -12,13 +18,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.module import FeatureModule
 from app.core.resources import Resources
+from app.queue.errors import PermanentError
 from app.queue.job import Job
 from app.webhooks.event_source import EventSource
 from app.webhooks.models import WebhookEvent
@@ -70,27 +77,53 @@ class WebhookContext:
 
 
 WebhookHandler = Callable[[WebhookContext], Awaitable[None]]
+Payload = Mapping[str, Any]
+KeyOf = Callable[[str, Payload], str | None]
+"""(event type, verified body) -> a key of the event, or None."""
+RouteT = TypeVar("RouteT")
+
+
+def route_for(routes: Mapping[str, RouteT], event_type: str) -> RouteT | None:
+    """Exact types (``invoice.paid``) or prefixes written ``customer.subscription.*``.
+
+    An exact type wins over a prefix, and a longer prefix over a shorter one.
+    """
+    if event_type in routes:
+        return routes[event_type]
+    prefixes = [p for p in routes if p.endswith(".*") and event_type.startswith(p[:-1])]
+    return routes[max(prefixes, key=len)] if prefixes else None
+
+
+@dataclass(frozen=True, slots=True)
+class EventKeys:
+    tenant: str | None = None
+    """Whose event it is (a Stripe customer, a Clerk organization or user): tenants are served in turn."""
+    subject: str | None = None
+    """What a sync reads to cover it (``customer:cus_...``), for synced events; None for applied ones."""
+
+
+def _no_tenant(event_type: str, payload: Payload) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class EventRoutes:
-    """Event types to handlers: exact types (``invoice.paid``) or prefixes written ``customer.subscription.*``.
-
-    An exact type wins over a prefix, and a longer prefix over a shorter one.
-    """
+    """Event types to handlers, each run in the event's own transaction (see :func:`route_for`)."""
 
     routes: Mapping[str, WebhookHandler]
     backfill: EventSource | None = None
     """The provider's list of recent events, if it has one: the backfill asks it for events never delivered."""
+    tenant_key: KeyOf = _no_tenant
+    """Whose event it is, from its verified body; decided by the module that handles the provider's events."""
 
     def handler_for(self, event_type: str) -> WebhookHandler | None:
-        if event_type in self.routes:
-            return self.routes[event_type]
-        prefixes = [p for p in self.routes if p.endswith(".*") and event_type.startswith(p[:-1])]
-        return self.routes[max(prefixes, key=len)] if prefixes else None
+        return route_for(self.routes, event_type)
 
     def handles(self, event_type: str) -> bool:
         return self.handler_for(event_type) is not None
+
+    def keys(self, event_type: str, payload: Payload) -> EventKeys:
+        return EventKeys(tenant=self.tenant_key(event_type, payload))
 
     async def __call__(self, context: WebhookContext) -> None:
         handler = self.handler_for(context.event.type)
@@ -105,7 +138,55 @@ class EventRoutes:
         await handler(context)
 
 
-def find_handler(modules: Sequence[FeatureModule], provider: str) -> WebhookHandler | None:
+class SyncRequest(Protocol):
+    """Ask for a sync of ``subject`` that begins after ``received_at`` (the module that owns it decides how)."""
+
+    async def __call__(
+        self, resources: Resources, subject: str, received_at: datetime, request_id: str | None
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class SyncedEvents:
+    """Event types whose state is read back from the provider by a *sync* of their subject, not applied one by one.
+
+    The event's job only asks for a sync of its subject (``sync``); the sync,
+    run by the owning module, reads the subject's current state once, writes
+    it, and marks processed in the same transaction every event of that
+    subject that arrived before the read began: a burst about one subject costs
+    one read. ``subjects`` maps each handled type (or prefix, see
+    :func:`route_for`) to the function that names its subject from the body;
+    an event whose body names none is set aside when processed.
+    """
+
+    subjects: Mapping[str, Callable[[Payload], str | None]]
+    sync: SyncRequest
+    tenant_key: KeyOf = _no_tenant
+    backfill: EventSource | None = None
+
+    def handles(self, event_type: str) -> bool:
+        return route_for(self.subjects, event_type) is not None
+
+    def keys(self, event_type: str, payload: Payload) -> EventKeys:
+        subject_of = route_for(self.subjects, event_type)
+        return EventKeys(
+            tenant=self.tenant_key(event_type, payload),
+            subject=subject_of(payload) if subject_of is not None else None,
+        )
+
+    async def __call__(self, context: WebhookContext) -> None:
+        """Only an event whose body names no subject is handled as itself: nothing says what to read."""
+        raise PermanentError(
+            f"{context.event.provider} {context.event.type} event {context.event.event_id} names no object to read "
+            "back (its data.object lacks the id this type is read by): nothing says what changed."
+        )
+
+
+EventHandling = EventRoutes | SyncedEvents | WebhookHandler
+"""What a module declares for a provider's events: routes applied one by one, synced types, or one handler."""
+
+
+def find_handler(modules: Sequence[FeatureModule], provider: str) -> EventHandling | None:
     for module in modules:
         handler = module.webhook_handlers.get(provider)
         if handler is not None:
@@ -121,3 +202,14 @@ def handled_types(modules: Sequence[FeatureModule], provider: str) -> Callable[[
         return any(getattr(handler, "handles", lambda _: True)(event_type) for handler in handlers)
 
     return handles
+
+
+def event_keys(modules: Sequence[FeatureModule], provider: str) -> Callable[[str, Payload], EventKeys]:
+    """The keys of an event of ``provider``, as the module that handles it decides them (none for a plain handler)."""
+    handler = find_handler(modules, provider)
+    keys = getattr(handler, "keys", None)
+
+    def of(event_type: str, payload: Payload) -> EventKeys:
+        return keys(event_type, payload) if keys is not None else EventKeys()
+
+    return of

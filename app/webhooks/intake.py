@@ -19,7 +19,8 @@ from app.core.request_context import current_request_id
 from app.core.resources import Resources
 from app.webhooks.client_ip import rate_limit_key
 from app.webhooks.guards import VerifiedDelivery
-from app.webhooks.inbox import Inbox
+from app.webhooks.handlers import EventKeys, Payload
+from app.webhooks.inbox import Inbox, StoredEvent
 from app.webhooks.jobs import queue_processing
 from app.webhooks.payload import encode_for_inbox
 from app.webhooks.providers.base import WebhookProvider
@@ -51,6 +52,8 @@ class WebhookIntake:
     provider: WebhookProvider
     handles: Callable[[str], bool]
     """Whether a loaded module handles an event type (``handled_types``); others are acknowledged and dropped."""
+    keys: Callable[[str, Payload], EventKeys]
+    """The event's tenant and sync subject, as the module that handles it decides them (``event_keys``)."""
     limiter: SlidingWindowRateLimiter
     refusals: RefusalLog
     resources: Resources
@@ -82,9 +85,16 @@ class WebhookIntake:
                 name,
                 event.event_id,
             )
+        keys = self.keys(event.event_type, event.payload)
         try:
             stored = await Inbox(self.resources.db).store(
-                name, event.event_id, event.event_type, text, request_id=current_request_id()
+                name,
+                event.event_id,
+                event.event_type,
+                text,
+                request_id=current_request_id(),
+                tenant_key=keys.tenant,
+                sync_subject=keys.subject,
             )
         except Exception as exc:
             logger.error("Could not store %s event %s: %s", name, event.event_id, exc, exc_info=exc)
@@ -92,17 +102,23 @@ class WebhookIntake:
         if stored.outcome == "reopened":
             logger.info("Set-aside %s event %s reopened by a redelivery.", name, event.event_id)
         if not stored.processed:
-            await self._queue(stored.row_id, stored.request_id, event.event_id)
+            await self._queue(stored, event.event_id)
         return IntakeDecision(IntakeOutcome.STORED if stored.outcome == "inserted" else IntakeOutcome.DUPLICATE)
 
-    async def _queue(self, row_id: int, request_id: str | None, event_id: str) -> None:
-        try:  # a redelivery's job carries the stored event's request id, as every other run of it does
-            await queue_processing(self.resources.queue, row_id, request_id=request_id)
+    async def _queue(self, stored: StoredEvent, event_id: str) -> None:
+        try:  # a redelivery's job carries the stored event's request id and tenant, as every other run of it does
+            await queue_processing(
+                self.resources.queue,
+                self.provider.name,
+                stored.row_id,
+                tenant_key=stored.tenant_key,
+                request_id=stored.request_id,
+            )
         except Exception as exc:  # the row is stored: the recovery cron queues it later
             logger.warning(
                 "Stored %s event %s (row %s) but could not queue it (%s); the recovery cron will retry.",
                 self.provider.name,
                 event_id,
-                row_id,
+                stored.row_id,
                 exc,
             )

@@ -35,8 +35,12 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         exhausted = [r["id"] for r in rows if r["attempts"] >= settings.webhook_abandon_after_attempts]
         if exhausted:
             report.set_aside += await _set_aside(inbox, exhausted)
-        due = [(row["id"], row["request_id"]) for row in rows if row["id"] not in exhausted]
-        queued = await queue_processing_many(resources.queue, due)  # one round trip per page, not one per event
+        due = [
+            (row["provider"], row["id"], row["tenant_key"], row["request_id"])
+            for row in rows
+            if row["id"] not in exhausted
+        ]
+        queued = await queue_processing_many(resources.queue, due)  # one round trip per page and provider
         report.requeued += sum(queued)
         report.already_queued += len(queued) - sum(queued)
         if len(rows) < RECOVERY_PAGE_SIZE:
@@ -67,9 +71,11 @@ async def delete_old_processed(resources: Resources, now: datetime | None = None
 async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> list[int]:
     """Give set-aside events their attempts back and queue them; returns the reopened row ids."""
     reopened = await Inbox(resources.db).reopen(row_id)
-    for reopened_id, request_id in reopened:
+    for row in reopened:
         try:
-            await queue_processing(resources.queue, reopened_id, request_id=request_id)
+            await queue_processing(
+                resources.queue, row["provider"], row["id"], tenant_key=row["tenant_key"], request_id=row["request_id"]
+            )
         except Exception as exc:  # reopened anyway: the recovery cron queues it
-            logger.warning("Reopened row %s but could not queue it now (%s).", reopened_id, exc)
-    return [reopened_id for reopened_id, _ in reopened]
+            logger.warning("Reopened row %s but could not queue it now (%s).", row["id"], exc)
+    return [row["id"] for row in reopened]

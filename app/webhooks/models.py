@@ -26,6 +26,20 @@ class WebhookEvent(Base):
         Index("ix_webhook_event_processed", "processed_at", postgresql_where=text("processed_at IS NOT NULL")),
         # retry-abandoned and the operator list read set-aside rows.
         Index("ix_webhook_event_abandoned", "abandoned_at", postgresql_where=text("abandoned_at IS NOT NULL")),
+        # A sync finds the events it covers: the unprocessed ones of its subject, by arrival.
+        Index(
+            "ix_webhook_event_sync_subject",
+            "sync_subject",
+            "received_at",
+            postgresql_where=text("processed_at IS NULL AND abandoned_at IS NULL AND sync_subject IS NOT NULL"),
+        ),
+        # Operators and metrics read the tenants with unprocessed events.
+        Index(
+            "ix_webhook_event_tenant",
+            "provider",
+            "tenant_key",
+            postgresql_where=text("processed_at IS NULL AND abandoned_at IS NULL"),
+        ),
     )
 
     provider: Mapped[str] = mapped_column(String(32), nullable=False)
@@ -41,3 +55,8 @@ class WebhookEvent(Base):
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     # When an operator last asked to process it again (replay): its processing then is no measure of the pipeline.
     replayed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Whose event it is (a Stripe customer, a Clerk organization or user), decided at intake from the verified
+    # body by the module that handles it: tenants take turns in the provider's queue.
+    tenant_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # What a sync reads back to cover it (``customer:cus_...``): set for synced events (Stripe's) only.
+    sync_subject: Mapped[str | None] = mapped_column(String(255), nullable=True)

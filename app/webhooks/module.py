@@ -19,9 +19,9 @@ from app.webhooks.crons import (
     WebhookRecoveryCronJob,
     WebhookRetentionCronJob,
 )
-from app.webhooks.handlers import handled_types
+from app.webhooks.handlers import event_keys, handled_types
 from app.webhooks.intake import WebhookIntake
-from app.webhooks.jobs import ProcessWebhookEventJob
+from app.webhooks.jobs import ProcessWebhookEventJob, processing_job
 from app.webhooks.models import WebhookEvent
 from app.webhooks.providers import PROVIDERS, WebhookProvider
 from app.webhooks.refusals import RefusalLog
@@ -52,14 +52,19 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
                 continue
             guard = provider.guard(provider.name, verifier, trusted_proxies=settings.trusted_proxies, refusals=refusals)
             handles = handled_types(resources.modules, provider.name)
-            intake = WebhookIntake(provider, handles, limiter, refusals, resources)
+            keys = event_keys(resources.modules, provider.name)
+            intake = WebhookIntake(provider, handles, keys, limiter, refusals, resources)
             handlers.append(webhook_route(intake, guard, settings.webhook_max_body_bytes))
         return handlers
 
     return FeatureModule(
         name="webhooks",
         route_factory=routes,
-        jobs=[ProcessWebhookEventJob, WebhookBackfillJob],
+        jobs=list(
+            dict.fromkeys(
+                [ProcessWebhookEventJob, *(processing_job(p.name, p.queue) for p in providers), WebhookBackfillJob]
+            )
+        ),
         crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob, WebhookBackfillCronJob],
         cli_groups=[webhooks_group],
         models=[WebhookEvent],

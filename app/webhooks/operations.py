@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from app.core.commands import plural
 from app.core.resources import Resources
 from app.webhooks.inbox import EventRecord, Inbox
-from app.webhooks.jobs import deduplication_id, queue_processing
+from app.webhooks.jobs import ProcessWebhookEventData, deduplication_id, processing_job, queue_processing
 from app.webhooks.maintenance import reopen_abandoned
 
 
@@ -43,20 +43,34 @@ async def retry(resources: Resources, identifier: str, provider: str | None = No
     if event.abandoned_at is not None:
         await reopen_abandoned(resources, event.id)
         return Outcome(event, f"Reopened and queued {name}.")
-    if await queue_processing(resources.queue, event.id, request_id=event.request_id):
+    if await _queue(resources, event):
         return Outcome(event, f"Queued {name}.")
-    job = deduplication_id(event.id)
-    state = await resources.queue.state(job)
-    if state == "deferred" and await resources.queue.run_now(job):  # a retry waiting out its backoff
-        return Outcome(event, f"Queued {name}: its waiting retry runs now.")
+    job_cls = processing_job(event.provider)
+    state = await resources.queue.state(deduplication_id(event.id), job_cls.queue)
+    if state == "deferred":  # a retry waiting out its backoff: one more run now (the later one finds it done)
+        now = await resources.queue.add(
+            job_cls,
+            ProcessWebhookEventData(event_row_id=event.id),
+            deduplication_id=f"{deduplication_id(event.id)}:operator",
+            request_id=event.request_id,
+            tenant_key=event.tenant_key,
+        )
+        if now is not None:
+            return Outcome(event, f"Queued {name} to run now (its waiting retry then finds it done).")
     return Outcome(event, f"Already running: {name}." if state == "in_progress" else f"Already queued: {name}.")
+
+
+async def _queue(resources: Resources, event: EventRecord) -> bool:
+    return await queue_processing(
+        resources.queue, event.provider, event.id, tenant_key=event.tenant_key, request_id=event.request_id
+    )
 
 
 async def replay(resources: Resources, identifier: str, provider: str | None = None) -> Outcome:
     """Process an event again (after a handler fix): unprocessed, attempts reset, queued."""
     event = await find_one(resources, identifier, provider)
     await Inbox(resources.db).reset_for_replay(event.id)
-    await queue_processing(resources.queue, event.id, request_id=event.request_id)
+    await _queue(resources, event)
     return Outcome(event, f"Replaying {event.provider} event {event.event_id} (row {event.id}).")
 
 

@@ -21,6 +21,10 @@ read) sets the event aside at once, with its one alert: retrying cannot help.
 One that raises ``RetryLater`` (the remote side asked to be called later) is
 not a failure: its count is given back, its last error left as it was.
 
+A *synced* event (``SyncedEvents``: Stripe's) is not attempted here at all: its
+job asks the owning module for a sync of its subject, which counts attempts,
+and marks the event processed with what it read (``app.webhooks.coverage``).
+
 Follow-up jobs the handler staged (``context.queue``) commit with the event;
 once the claiming connection is back in the pool they are relayed to the queue
 at once. If that fails, or the process dies first, a worker's relay loop
@@ -41,7 +45,7 @@ from app.core.request_context import bound_request_id
 from app.core.resources import Resources
 from app.queue.errors import PermanentError, RetryLater
 from app.webhooks.alerts import alert_set_aside
-from app.webhooks.handlers import WebhookContext, find_handler
+from app.webhooks.handlers import SyncedEvents, WebhookContext, find_handler
 from app.webhooks.inbox import Inbox
 from app.webhooks.models import WebhookEvent
 from app.webhooks.payload import PayloadError, decode_payload
@@ -60,8 +64,17 @@ def describe_error(exc: BaseException) -> str:
     return message[:_ERROR_MAX_CHARS]
 
 
-async def process_event(resources: Resources, row_id: int) -> None:
-    """Run the provider's handler for inbox row ``row_id``; raise to have the queue retry."""
+async def process_event(resources: Resources, row_id: int, provider: str | None = None) -> None:
+    """Run the provider's handler for inbox row ``row_id`` (or ask for its sync); raise to have the queue retry.
+
+    ``provider``: the row's, when the job knows it (its provider's own job class); else it is read from the row.
+    """
+    if provider is None:
+        peeked = await Inbox(resources.db).peek(row_id)
+        provider = peeked.provider if peeked is not None else ""
+    handling = find_handler(resources.modules, provider)
+    if isinstance(handling, SyncedEvents) and await _ask_for_sync(resources, handling, row_id):
+        return
     async with resources.db.engine.connect() as connection:
         driver: Any = (await connection.get_raw_connection()).driver_connection
         try:
@@ -75,6 +88,29 @@ async def process_event(resources: Resources, row_id: int) -> None:
         attempt = _Attempt(resources, connection, driver, row_id)
         await attempt.run(claim)
     await attempt.relay_staged()
+
+
+async def _ask_for_sync(resources: Resources, handling: SyncedEvents, row_id: int) -> bool:
+    """Ask for a sync covering the event; False when its body names no subject (it is then attempted as itself)."""
+    inbox = Inbox(resources.db)
+    row = await inbox.peek(row_id)
+    if row is None or row.done:
+        logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
+        return True
+    subject = row.sync_subject
+    if subject is None and row.payload is not None:  # stored before subjects were kept
+        try:
+            subject = handling.keys(row.type, decode_payload(row.payload)).subject
+        except PayloadError:
+            subject = None
+        if subject is None:
+            return False
+        await inbox.set_subject(row_id, subject)
+    if subject is None:
+        return False
+    with bound_request_id(row.request_id):
+        await handling.sync(resources, subject, row.received_at, row.request_id)
+    return True
 
 
 class _Attempt:

@@ -1,20 +1,20 @@
 """The worker process: one arq Worker per queue, a supervising loop, the cron scheduler, the outbox relay, signals.
 
-SIGTERM or SIGINT: stop taking jobs, let running ones finish within
-``WORKER_SHUTDOWN_GRACE_SECONDS``, cancel what is left (it stays queued for
-another worker), exit 0. A second signal skips the rest of the grace period.
-Redis going away ends an arq Worker; the supervising loop logs, waits and
-builds a new one until Redis answers again.
+SIGTERM or SIGINT: each arq Worker is told to stop as arq itself stops on a
+signal (``handle_sig_wait_for_completion``): it takes no new jobs, lets running
+ones finish within ``WORKER_SHUTDOWN_GRACE_SECONDS``, then cancels what is left
+(it stays queued for another worker); the process exits 0. A second signal
+stops them at once (``handle_sig``). Redis going away ends an arq Worker; the
+supervising loop logs, waits and builds a new one until Redis answers again.
 
 Every worker relays staged jobs (``app.queue.outbox``) to the queue every
 0.5 s, whatever queues it serves, so a job staged by a process that died right
 after its commit is queued within about a second. A burst worker relays what
 is staged once, before it takes jobs.
 
-The arq Workers are stopped cooperatively (their own burst exit), not by
-cancelling their loop: redis-py's connection check (``asyncio.timeout(0)``)
-can swallow a cancellation, which would leave a loop polling forever. Where we
-must cancel (jobs past the grace period), we cancel again until they end.
+redis-py's connection check (``asyncio.timeout(0)``) can swallow the
+cancellation arq sends its poll loop; a Worker still polling after its stop is
+told again, until it ends.
 """
 
 from __future__ import annotations
@@ -24,26 +24,38 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
+from arq.connections import ArqRedis
 from arq.worker import Worker
 
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
+from app.queue.arq_driver import make_arq_redis
 from app.queue.crons import Clock
 from app.queue.heartbeat import beat_until
 from app.queue.outbox import OutboxRelayLoop
 from app.queue.registry import JobRegistry
 from app.queue.scheduler import CronScheduler
-from app.worker.arq_worker import build_arq_worker, quiet_arq_logs
+from app.worker.arq_worker import WORKER_REDIS_TIMEOUT_SECONDS, build_arq_worker, quiet_arq_logs
 from app.worker.metrics_server import WorkerMetrics, prime_series
-from app.worker.startup import check_redis_policy, log_loaded, report_unserved_queues
+from app.worker.startup import check_arq_adapter, check_redis_policy, log_loaded, report_unserved_queues
 
 logger = logging.getLogger(__name__)
 RECONNECT_FIRST_DELAY_SECONDS = 0.5
 RECONNECT_MAX_DELAY_SECONDS = 5.0
 CANCELLED_JOBS_FINISH_SECONDS = 10.0
 LOOPS_STOP_SECONDS = 10.0
+STOP_AGAIN_EVERY_SECONDS = 0.5
+
+
+@dataclass
+class _Served:
+    """A queue's arq Worker and the Redis pool it was given (ours to close)."""
+
+    worker: Worker
+    pool: ArqRedis
 
 
 class WorkerProcess:
@@ -74,16 +86,15 @@ class WorkerProcess:
         )
         self.relay = OutboxRelayLoop(resources.queue)
         self.metrics = WorkerMetrics(resources.settings)
-        self.live: dict[str, Worker] = {}
-        self.retired: list[Worker] = []
+        self.live: dict[str, _Served] = {}
         self.stopping = asyncio.Event()
-        self.hurry = asyncio.Event()
         self._redis_checked = False
         self._janitors: set[asyncio.Task[None]] = set()
 
     async def run(self) -> int:
         quiet_arq_logs()
         log_loaded(self.registry, self.queues, self.crons, self.resources)
+        check_arq_adapter()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -94,7 +105,7 @@ class WorkerProcess:
             prime_series(jobs, {provider for module in self.registry.modules for provider in module.webhook_handlers})
             self.metrics.serve()
         supervisors = [asyncio.create_task(self._supervise(queue), name=f"queue {queue}") for queue in self.queues]
-        loops = list(supervisors)
+        loops: list[asyncio.Task[Any]] = []
         if not self.burst:
             loops.append(asyncio.create_task(self.scheduler.run(), name="cron scheduler"))
             loops.append(asyncio.create_task(self.relay.run(), name="outbox relay"))
@@ -107,10 +118,9 @@ class WorkerProcess:
         else:
             self.scheduler.stop()
             self.relay.stop()
-            await self._drain()
-            self._end_loops()
+            await self._until_stopped(supervisors)
             await _cancel_until_done([*loops, stop], within=LOOPS_STOP_SECONDS, cancel_first=False)
-        await self._close_pools()
+        await asyncio.gather(*self._janitors, return_exceptions=True)
         self.metrics.close()
         logger.info("Worker stopped.")
         flush_sentry()
@@ -119,34 +129,72 @@ class WorkerProcess:
     def _on_signal(self, sig: signal.Signals) -> None:
         if self.stopping.is_set():
             logger.warning("%s again: cancelling the running jobs now.", sig.name)
-            self.hurry.set()
+            for served in self.live.values():
+                served.worker.handle_sig(sig)
             return
         logger.info(
             "%s received: taking no new jobs; running jobs get up to %d s to finish.",
             sig.name,
             self.settings.worker_shutdown_grace_seconds,
         )
-        for worker in self.live.values():
-            worker.allow_pick_jobs = False
         self.stopping.set()
+        for served in self.live.values():
+            served.worker.handle_sig_wait_for_completion(sig)
+
+    async def _until_stopped(self, supervisors: list[asyncio.Task[None]]) -> None:
+        """Wait for every Worker to end; one still polling after its grace (a swallowed cancellation) is told again."""
+        loop = asyncio.get_running_loop()
+        grace = self.settings.worker_shutdown_grace_seconds
+        tell_again_at = loop.time() + grace + STOP_AGAIN_EVERY_SECONDS
+        deadline = loop.time() + grace + CANCELLED_JOBS_FINISH_SECONDS
+        pending = {task for task in supervisors if not task.done()}
+        warned = False
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=STOP_AGAIN_EVERY_SECONDS)
+            if pending and not warned and loop.time() >= tell_again_at - STOP_AGAIN_EVERY_SECONDS:
+                warned = True
+                self._warn_running_past_grace()
+            if pending and loop.time() >= deadline:
+                logger.error("%d queue(s) did not stop in time; exiting anyway.", len(pending))
+                await _cancel_until_done(pending, within=LOOPS_STOP_SECONDS, cancel_first=True)
+                return
+            if pending and loop.time() >= tell_again_at:
+                for served in self.live.values():
+                    if served.worker.main_task is not None and not served.worker.main_task.done():
+                        served.worker.handle_sig(signal.SIGTERM)
+
+    def _warn_running_past_grace(self) -> None:
+        running = sum(not task.done() for served in self.live.values() for task in served.worker.tasks.values())
+        if running:
+            logger.warning(
+                "%d job(s) still running after the grace period: cancelled, they stay queued for another worker.",
+                running,
+            )
 
     async def _supervise(self, queue: str) -> None:
         delay = RECONNECT_FIRST_DELAY_SECONDS
         reconnecting = False
         while not self.stopping.is_set():
+            pool = make_arq_redis(self.settings.require_redis_url(), timeout=WORKER_REDIS_TIMEOUT_SECONDS)
             worker = build_arq_worker(
-                queue, self.registry, self.resources, burst=self.burst, on_startup=self._on_connect(queue, reconnecting)
+                queue,
+                self.registry,
+                self.resources,
+                pool,
+                burst=self.burst,
+                on_startup=self._on_connect(queue, reconnecting),
             )
-            self.live[queue] = worker
+            served = self.live[queue] = _Served(worker, pool)
             try:
-                await worker.main()
-                return  # its queue is empty (burst), or it was told to end (stopping)
+                await worker.async_run()
             except asyncio.CancelledError:
-                raise
+                if asyncio.current_task().cancelling() or not self.stopping.is_set():  # type: ignore[union-attr]
+                    raise
+                await self._close(served)  # arq stopped its loop: told to stop (signal)
+                return
             except Exception as exc:
-                self.retired.append(worker)
                 self.live.pop(queue, None)
-                self._janitors.add(task := asyncio.create_task(self._retire(worker)))
+                self._janitors.add(task := asyncio.create_task(self._close(served)))
                 task.add_done_callback(self._janitors.discard)
                 reconnecting = True
                 logger.warning(
@@ -156,6 +204,9 @@ class WorkerProcess:
                     exc,
                     delay,
                 )
+            else:
+                await self._close(served)
+                return  # its queue is empty (burst)
             if await self._sleep_unless_stopping(delay):
                 return
             delay = min(delay * 2, RECONNECT_MAX_DELAY_SECONDS)
@@ -179,43 +230,16 @@ class WorkerProcess:
                 await self.stopping.wait()
         return self.stopping.is_set()
 
-    async def _retire(self, worker: Worker) -> None:
-        await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
-        await _close_quietly(worker)
-
-    def _all_workers(self) -> list[Worker]:
-        return [*self.live.values(), *self.retired]
-
-    def _running_tasks(self) -> list[asyncio.Task[Any]]:
-        return [task for worker in self._all_workers() for task in worker.tasks.values() if not task.done()]
-
-    async def _drain(self) -> None:
-        for worker in self._all_workers():
-            worker.allow_pick_jobs = False
-        deadline = asyncio.get_running_loop().time() + self.settings.worker_shutdown_grace_seconds
-        while self._running_tasks() and not self.hurry.is_set():
-            if asyncio.get_running_loop().time() >= deadline:
-                break
-            await asyncio.sleep(0.05)
-        left = self._running_tasks()
-        if left:
-            logger.warning(
-                "%d job(s) still running after the grace period: cancelled, they stay queued for another worker.",
-                len(left),
-            )
-            # A cancelled job puts itself back in the queue (arq's finish_job) before its task ends.
-            await _cancel_until_done(left, within=CANCELLED_JOBS_FINISH_SECONDS, cancel_first=True)
-
-    def _end_loops(self) -> None:
-        """arq's burst exit: the loop stops picking and returns at its next poll."""
-        for worker in self.live.values():
-            worker.allow_pick_jobs = False
-            worker.burst = True
-            worker.max_burst_jobs = 0
-
-    async def _close_pools(self) -> None:
-        for worker in self._all_workers():
-            await _close_quietly(worker)
+    @staticmethod
+    async def _close(served: _Served) -> None:
+        """Let the Worker's jobs end (by themselves, or put back in the queue when arq cancelled them), then close."""
+        await asyncio.gather(*served.worker.tasks.values(), return_exceptions=True)
+        try:
+            await served.worker.close()  # drops its health-check key
+        except Exception:
+            logger.debug("Closing a queue's arq Worker failed", exc_info=True)
+        with contextlib.suppress(Exception):
+            await served.pool.aclose(close_connection_pool=True)
 
 
 async def _cancel_until_done(tasks: Collection[asyncio.Task[Any]], *, within: float, cancel_first: bool) -> None:
@@ -232,16 +256,3 @@ async def _cancel_until_done(tasks: Collection[asyncio.Task[Any]], *, within: fl
         cancel = True
     if pending:
         logger.error("%d task(s) did not stop within %.0f s; exiting anyway.", len(pending), within)
-
-
-async def _close_quietly(worker: Worker) -> None:
-    pool = worker._pool
-    if pool is None:
-        return
-    worker._pool = None
-    with contextlib.suppress(Exception):
-        await pool.delete(worker.health_check_key)
-    try:
-        await pool.aclose(close_connection_pool=True)
-    except Exception:
-        logger.debug("Closing a Redis pool failed", exc_info=True)

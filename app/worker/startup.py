@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from arq.constants import job_key_prefix
+from arq.jobs import Job as ArqJob
 
+from app.queue.arq_adapter import version_mismatch
 from app.queue.arq_driver import queue_key
 from app.queue.job import CronJob
 from app.queue.queues import QueueName
@@ -28,7 +29,7 @@ def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJo
     logger.info("Worker loaded modules: %s.", ", ".join(module.name for module in registry.modules) or "none")
     for queue in queues:
         jobs = registry.jobs_on(queue)
-        bound = max(rerun_after_kill_seconds(job_cls, resources) for job_cls in jobs)
+        bound = rerun_after_kill_seconds(jobs, resources)
         logger.info(
             "Queue %s: jobs %s (a killed worker's job runs again within %d s).",
             queue,
@@ -44,6 +45,13 @@ def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJo
         settings.worker_poll_delay_seconds,
         settings.worker_shutdown_grace_seconds,
     )
+
+
+def check_arq_adapter() -> None:
+    """Warn when the installed arq is not the one ``app.queue.arq_adapter`` was checked against."""
+    mismatch = version_mismatch()
+    if mismatch:
+        logger.warning("%s", mismatch)
 
 
 async def check_redis_policy(redis: Redis) -> None:
@@ -73,11 +81,13 @@ async def report_unserved_queues(redis: Redis, settings: Settings, served: list[
             continue
         names: set[str] = set()
         for job_id in await redis.zrange(key, 0, 9):
-            raw = await redis.get(job_key_prefix + job_id.decode())
             try:
-                names.add(str(deserialize(raw)["f"])) if raw else None
+                info = await ArqJob(job_id.decode(), redis, _queue_name=key, _deserializer=deserialize).info()
             except Exception:
                 names.add("<unreadable>")
+                continue
+            if info is not None and info.args:
+                names.add(str(info.args[0]))  # the job's class name (its arq function is the dispatch function)
         logger.error(
             "%d job(s) wait on %s (%s), but no module this worker loads uses that queue: their module is "
             "not listed in app/runtime.py (WORKER_MODULES), so no worker runs them. List the module there.",

@@ -7,20 +7,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from app.billing import module as billing
+from app.billing.handlers import STRIPE_EVENTS
+from app.billing.models import BillingSync
+from app.billing.sync import StripeSyncData, run_sync
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.identity import module as identity
 from app.identity.models import Workspace
-from app.queue.execution import run_attempt
-from app.queue.job import JobContext
 from app.runtime import open_resources as open_app_resources
 from app.testing import Delivery, signed_stripe_delivery, stripe_event, stripe_subscription
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
-from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
+from app.webhooks.payload import decode_payload
+from app.webhooks.processing import process_event
 from tests.factories import WorkspaceFactory, persist
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
@@ -75,18 +78,45 @@ async def workspace_row(resources: Resources, workspace_id: int) -> Workspace:
     return row
 
 
-async def worker_try(resources: Resources, delivery: Delivery, attempt: int) -> Exception | None:
-    """One try of the event's processing job, run as the arq worker runs it (retries allowed).
+async def store(resources: Resources, delivery: Delivery) -> int:
+    """Stored as the intake stores it (with its tenant and sync subject), not processed: its row id."""
+    payload = decode_payload(delivery.body)
+    keys = STRIPE_EVENTS.keys(delivery.event_type, payload)
+    stored = await Inbox(resources.db).store(
+        "stripe",
+        delivery.event_id,
+        delivery.event_type,
+        delivery.body.decode(),
+        tenant_key=keys.tenant,
+        sync_subject=keys.subject,
+    )
+    return stored.row_id
 
-    Returns None when it succeeded, else what the try raised: ``arq.Retry`` means
-    the worker runs it again after a backoff; anything else is final.
+
+async def event_try(resources: Resources, row_id: int) -> Exception | None:
+    """The event's job once, with the sync driver: it asks for its subject's sync, which runs inline.
+
+    Returns None when that ended (covered, set aside, or nothing to do), else
+    what the sync raised: a ``RetryLater`` means an arq worker would run it
+    again after ``after_seconds`` (the next try asks again and runs it).
     """
-    stored = await Inbox(resources.db).store("stripe", delivery.event_id, delivery.event_type, delivery.body.decode())
-    job = ProcessWebhookEventJob
-    retry_limit = job.retry_policy(resources.settings).retry_limit
-    context = JobContext(resources, deduplication_id(stored.row_id), attempt, retry_limit, job.queue)
     try:
-        await run_attempt(context, job, job.encode_data(ProcessWebhookEventData(event_row_id=stored.row_id)))
+        await process_event(resources, row_id, "stripe")
+    except Exception as exc:
+        return exc
+    return None
+
+
+async def comes_back(resources: Resources, subject: str) -> Exception | None:
+    """What a worker does when a sync's job comes back (its turn, or the end of its backoff): runs it again.
+
+    Returns None when the sync ended, else what it raised (it would come back again).
+    """
+    async with resources.db.session() as session:
+        sync = await session.scalar(select(BillingSync).where(BillingSync.subject == subject))
+    assert sync is not None and sync.pending, f"no sync of {subject} is pending"
+    try:
+        await run_sync(resources, StripeSyncData(subject, sync.generation, sync.calls))
     except Exception as exc:
         return exc
     return None

@@ -63,7 +63,7 @@ async def test_backfill_stores_exactly_the_missing_events_once_and_alerts_once(
         for event in lost:
             (row,) = await inbox.find(str(event["id"]), "stripe")
             assert row.type == "invoice.paid" and row.processed_at is None
-            assert await resources.queue.state(deduplication_id(row.id)) == "queued"
+            assert await resources.queue.state(deduplication_id(row.id), "webhook-stripe-queue") == "queued"
     finally:
         await resources.close()
     assert first.summary() == "Backfilled 3 Stripe events (2 already in the inbox)."
@@ -95,7 +95,7 @@ async def test_the_cron_stores_events_past_the_grace_and_alerts_once(
         assert await inbox.missing("stripe", [str(e["id"]) for e in [*lost, on_its_way]]) == {str(on_its_way["id"])}
         for event in lost:
             (row,) = await inbox.find(str(event["id"]), "stripe")
-            assert await resources.queue.state(deduplication_id(row.id)) == "queued"
+            assert await resources.queue.state(deduplication_id(row.id), "webhook-stripe-queue") == "queued"
     finally:
         await resources.close()
     flush_sentry()  # everything sent: a second alert, were there one, would be in

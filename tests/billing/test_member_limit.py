@@ -6,15 +6,19 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
+from app.billing.repository import BillingRepository
 from app.core.resources import Resources
 from app.identity.models import Workspace, WorkspaceMember
 from app.identity.seats import ApplyWorkspaceMemberLimitData, ApplyWorkspaceMemberLimitJob
 from app.queue.models import JobOutbox
+from app.queue.registry import JobRegistry
+from app.runtime import WORKER_MODULES
 from app.testing import process_delivery
 from app.testing.processes import free_port
 from app.testing.stripe_stub import StripeStub
+from app.webhooks.inbox import Inbox
 from app.worker.arq_worker import rerun_after_kill_seconds
-from tests.billing.conftest import OpenResources, subscription_delivery, workspace_row
+from tests.billing.conftest import OpenResources, comes_back, store, subscription_delivery, workspace_row
 from tests.factories import AppUserFactory, WorkspaceMemberFactory, persist
 from tests.processes import wait_for, worker_starter
 
@@ -84,7 +88,9 @@ async def test_running_the_job_twice_changes_nothing(worker: Resources, linked_w
 async def test_a_run_lost_with_its_worker_runs_again_within_a_minute(worker: Resources) -> None:
     """A SIGKILLed worker, or Redis restarting while the job ran, leaves its in-progress mark until the job's
     timeout (plus arq's margins) has passed: only then does another worker run it, and apply the seats."""
-    assert rerun_after_kill_seconds(ApplyWorkspaceMemberLimitJob, worker) <= 60
+    jobs_on_its_queue = JobRegistry.from_modules(WORKER_MODULES).jobs_on(ApplyWorkspaceMemberLimitJob.queue)
+    assert ApplyWorkspaceMemberLimitJob in jobs_on_its_queue
+    assert rerun_after_kill_seconds(jobs_on_its_queue, worker) <= 60
 
 
 async def test_a_member_limit_job_staged_while_redis_refuses_is_relayed_and_run_by_a_worker(
@@ -94,15 +100,19 @@ async def test_a_member_limit_job_staged_while_redis_refuses_is_relayed_and_run_
     linked_workspace: Workspace,
     webhook_secrets: dict[str, str],
 ) -> None:
-    """Redis refuses the pipeline process between its commit and its relay: the job waits in job_outbox, and a
-    worker (healthy Redis) queues and runs it, so the seats are enforced anyway."""
+    """Redis refuses the process running the customer's sync between its commit and its relay: the job waits in
+    job_outbox, and a worker (healthy Redis) queues and runs it, so the seats are enforced anyway."""
     refused = f"redis://127.0.0.1:{free_port()}/0"
     pipeline = await open_resources(MESSAGE_QUEUE_DRIVER="arq", REDIS_URL=refused)
     members = await _members_by_join_order(pipeline, linked_workspace, 5)
     stripe_stub.put_subscription("cus_linked", id="sub_seats", quantity=2)
 
     delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked", id="sub_seats")
-    assert (await process_delivery(pipeline, delivery)).processed_at is not None
+    row_id = await store(pipeline, delivery)
+    await BillingRepository(pipeline.db).want_sync("customer:cus_linked", datetime.now(UTC), 180.0, 1)  # as asked
+    assert await comes_back(pipeline, "customer:cus_linked") is None  # the sync's job runs; its relay is refused
+    row = await Inbox(pipeline.db).get(row_id)
+    assert row is not None and row.processed_at is not None
     assert (await workspace_row(pipeline, linked_workspace.id)).member_limit == 2
     async with pipeline.db.session() as session:
         assert list((await session.scalars(select(JobOutbox.job_name))).all()) == ["ApplyWorkspaceMemberLimitJob"]

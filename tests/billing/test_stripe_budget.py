@@ -1,4 +1,4 @@
-"""One Stripe API budget for the fleet, and reads coalesced per customer (docs/architecture.md, billing)."""
+"""One Stripe API budget for the fleet, turns reserved for syncs, and reads coalesced per subject."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import pytest
-from arq import Retry
 
-from app.billing.budget import BudgetParked, StripeBudget
-from app.billing.stripe_gateway import stripe_gateway
+from app.billing.budget import StripeBudget, TurnLater
+from app.billing.stripe_gateway import stripe_budget, stripe_gateway
 from app.core.redis import make_redis
 from app.core.resources import Resources
-from app.testing import read_inbox_row
 from app.testing.processes import free_port
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
@@ -25,9 +23,11 @@ from app.webhooks.jobs import queue_processing
 from app.webhooks.processing import process_event
 from tests.billing.conftest import (
     OpenResources,
+    comes_back,
+    event_try,
+    store,
     subscription_delivery,
     wait_for_stub_request,
-    worker_try,
     workspace_row,
 )
 from tests.factories import WorkspaceFactory, persist
@@ -43,16 +43,6 @@ def most_in_window(times: Sequence[float], window: float) -> int:
             start += 1
         most = max(most, end - start + 1)
     return most
-
-
-async def store(resources: Resources, delivery: object) -> int:
-    stored = await Inbox(resources.db).store(
-        "stripe",
-        delivery.event_id,
-        delivery.event_type,
-        delivery.body.decode(),  # type: ignore[attr-defined]
-    )
-    return stored.row_id
 
 
 async def processed(resources: Resources, rows: Sequence[int]) -> bool:
@@ -76,10 +66,10 @@ async def test_two_worker_processes_share_one_budget(
         stripe_stub.put_subscription(customer, quantity=4)
     env = {**billing_env, "MESSAGE_QUEUE_DRIVER": "arq", "STRIPE_API_RATE_LIMIT_PER_SECOND": "5"}
     rows = [await store(intake, subscription_delivery(webhook_secrets["stripe"], customer)) for customer in customers]
-    async with worker_starter(env, "--queues", "webhook-queue") as start:
+    async with worker_starter(env, "--queues", "webhook-stripe-queue,stripe-sync-queue") as start:
         await asyncio.gather(start(), start())
         for row_id in rows:
-            await queue_processing(intake.queue, row_id)
+            await queue_processing(intake.queue, "stripe", row_id)
 
         await wait_for(lambda: processed(intake, rows), 60, "both workers to process the 40 events")
     times = stripe_stub.request_times
@@ -101,7 +91,7 @@ async def test_a_burst_of_events_about_one_customer_costs_one_read(
     secret = webhook_secrets["stripe"]
     rows = [await store(workers[0], subscription_delivery(secret, "cus_linked", id="sub_1")) for _ in range(40)]
 
-    await asyncio.gather(*(process_event(workers[n % 4], row_id) for n, row_id in enumerate(rows)))
+    await asyncio.gather(*(process_event(workers[n % 4], row_id, "stripe") for n, row_id in enumerate(rows)))
 
     assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"]
     assert await processed(workers[0], rows)
@@ -123,43 +113,37 @@ async def test_an_event_sent_during_a_read_is_read_again(
         stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=9)
         await process_event(second, await store(second, subscription_delivery(secret, "cus_linked", id="sub_1")))
 
-    await asyncio.gather(process_event(first, early), later_change())
+    await asyncio.gather(process_event(first, early, "stripe"), later_change())
     assert len(stripe_stub.requests) == 2
     assert (await workspace_row(first, linked_workspace.id)).member_limit == 9  # type: ignore[attr-defined]
 
 
-async def test_a_read_that_would_wait_for_its_turn_parks_and_the_customer_s_other_events_park_behind_it(
+async def test_a_sync_is_queued_for_its_turn_and_the_customer_s_other_events_take_no_turn_of_their_own(
     open_resources: OpenResources, stripe_stub: StripeStub, linked_workspace: object, webhook_secrets: dict[str, str]
 ) -> None:
-    """The next turn is a second away: the event gives its worker slot back (BudgetParked, the attempt given
-    back) with that turn kept for its customer; another event of the customer parks until just after it without
-    taking a turn of its own. Back at the turn, the first reads; the second finds the read made: one read."""
+    """The next turn is a second away: the first event's sync reserves it and is sent away until then (it holds
+    no slot, transaction or lock meanwhile); the customer's second event finds that sync pending and reserves
+    nothing. Back at its turn, the sync reads once and covers both."""
     worker = await open_resources(STRIPE_API_RATE_LIMIT_PER_SECOND="1")
     stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=5)
-    budget = stripe_gateway(worker).budget
+    budget = stripe_budget(worker)
     await budget.acquire()  # another caller's turn: the next one is a second from now
     secret = webhook_secrets["stripe"]
-    first, second = (subscription_delivery(secret, "cus_linked", id="sub_1") for _ in range(2))
+    first, second = [await store(worker, subscription_delivery(secret, "cus_linked", id="sub_1")) for _ in range(2)]
 
-    parked = await worker_try(worker, first, attempt=1)
-    behind = await worker_try(worker, second, attempt=1)
-
-    assert isinstance(parked, Retry) and isinstance(parked.__cause__, BudgetParked)
-    assert isinstance(behind, Retry) and isinstance(behind.__cause__, BudgetParked)
-    first_back, second_back = ((retry.defer_score or 0) / 1000 for retry in (parked, behind))
-    assert 0.5 < first_back < 1.0 < second_back < 2.0  # just before the turn; just after it
-    assert await budget.redis.zcard(budget.log_key) == 2  # the other caller's turn and the first event's only
+    sent_away = await event_try(worker, first)
+    assert isinstance(sent_away, TurnLater) and 0.5 < sent_away.after_seconds < 1.0  # just before its turn
+    assert await event_try(worker, second) is None  # covered by the pending sync
+    assert await budget.redis.zcard(budget.log_key) == 2  # the other caller's turn and the sync's, no third
     assert stripe_stub.requests == []
 
-    await asyncio.sleep(first_back)
-    assert await worker_try(worker, first, attempt=2) is None
-    await asyncio.sleep(second_back - first_back)
-    assert await worker_try(worker, second, attempt=2) is None
+    await asyncio.sleep(sent_away.after_seconds)
+    assert await comes_back(worker, "customer:cus_linked") is None
 
     assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"]
-    for delivery in (first, second):
-        row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-        assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
+    for row_id in (first, second):
+        row = await Inbox(worker.db).get(row_id)
+        assert row is not None and row.processed_at is not None and row.attempts == 1 and row.last_error is None
     assert (await workspace_row(worker, linked_workspace.id)).member_limit == 5  # type: ignore[attr-defined]
 
 

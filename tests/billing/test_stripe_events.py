@@ -95,8 +95,7 @@ async def test_new_dispute_is_mirrored_as_read_and_warns_once(
 async def test_refunds_of_a_refunded_charge_are_mirrored(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
-    refunds = {"object": "list", "data": [{"id": "re_1", "object": "refund"}], "has_more": False, "url": "/v1/refunds"}
-    stripe_stub.put_charge("ch_1", customer="cus_linked", refunds=refunds)
+    stripe_stub.put_charge("ch_1", customer="cus_linked")  # its refunds come expanded with it, as they are
     stripe_stub.put_refund("re_1", charge="ch_1", amount=500, currency="usd", status="succeeded")
 
     await process_delivery(worker, _event(webhook_secrets["stripe"], "charge.refunded", "charge", id="ch_1"))
@@ -182,9 +181,7 @@ async def test_a_refunded_charge_and_an_update_of_its_refund_lock_in_one_order(
     customer. Taken in different orders, the two events would deadlock (Postgres 40P01) and one would fail its
     attempt: every billing transaction locks its customer first, then its mirror rows by id."""
     charge_worker, refund_worker = await open_resources(), await open_resources()
-    listed = [{"id": refund_id, "object": "refund"} for refund_id in ("re_1", "re_2")]
-    refunds = {"object": "list", "data": listed, "has_more": False, "url": "/v1/refunds"}
-    stripe_stub.put_charge("ch_1", customer="cus_linked", refunds=refunds)
+    stripe_stub.put_charge("ch_1", customer="cus_linked")
     for refund_id, amount in (("re_1", 500), ("re_2", 700)):
         stripe_stub.put_refund(refund_id, charge="ch_1", amount=amount, currency="usd", status="succeeded")
     stripe_stub.slow("/v1/refunds/re_2", seconds=0.5, times=1)  # the refund event's first read takes 0.5 s

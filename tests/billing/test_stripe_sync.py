@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
-from arq import Retry
 
-from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, BudgetParked
-from app.billing.stripe_gateway import stripe_gateway
+from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, TurnLater
+from app.billing.stripe_gateway import stripe_budget
+from app.billing.sync import SyncComesBack
 from app.core.resources import Resources
 from app.identity.models import Workspace
-from app.queue.errors import PermanentError, RetryLater
-from app.testing import process_delivery, read_inbox_row, signed_stripe_delivery, stripe_event, stripe_object
+from app.queue.errors import RetryLater
+from app.testing import process_delivery, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
+from app.webhooks.inbox import Inbox
 from tests.billing.conftest import (
     OpenResources,
+    comes_back,
+    event_try,
+    store,
     subscription_delivery,
     wait_for_stub_request,
-    worker_try,
     workspace_row,
 )
 from tests.factories import WorkspaceFactory, persist
@@ -119,104 +123,100 @@ async def test_an_event_arriving_while_a_checkout_links_its_customer_syncs_after
     assert (row.stripe_customer_id, row.seat_quantity, row.member_limit) == ("cus_new", 7, 7)
 
 
-async def test_a_stripe_500_is_retried_then_processed(
+async def test_a_stripe_500_counts_an_attempt_and_the_sync_comes_back_then_processes(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
     stripe_stub.put_subscription("cus_linked", quantity=4)
     stripe_stub.fail("/v1/customers", status=500, times=1)
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+    row_id = await store(worker, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
 
-    first = await worker_try(worker, delivery, attempt=1)
-    assert isinstance(first, Retry) and "HTTP 500" in str(first.__cause__)
-    assert await worker_try(worker, delivery, attempt=2) is None
+    first = await event_try(worker, row_id)
+    assert isinstance(first, SyncComesBack) and "HTTP 500" in str(first.__cause__)
+    assert 0 < first.after_seconds <= 5 * 1.2  # the events' first backoff
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is None and row.attempts == 1
+    assert row.last_error is not None and "HTTP 500" in row.last_error
 
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and row.processed and row.attempts == 2 and row.last_error is None
+    assert await comes_back(worker, "customer:cus_linked") is None  # the sync's job, after its backoff
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is not None and row.attempts == 2 and row.last_error is None
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
 
 
-async def test_a_stripe_429_is_waited_out_within_the_attempt_not_counted_as_a_failure(
+async def test_a_stripe_429_pauses_the_budget_and_the_sync_comes_back_without_counting_an_attempt(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
-    stripe_stub.put_subscription("cus_linked", quantity=4)
-    stripe_stub.rate_limit("/v1/customers", retry_after=1, times=1)
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
-
-    started = time.monotonic()
-    assert await worker_try(worker, delivery, attempt=1) is None  # no Retry: the same attempt went on
-    assert time.monotonic() - started >= 1.0  # Stripe's Retry-After was waited out
-
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
-    assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"] * 2
-    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
-
-
-async def test_a_429_longer_than_an_attempt_may_wait_is_retried_later_without_counting_an_attempt(
-    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
-) -> None:
-    """Retry-After past MAX_WAIT_SECONDS (15 s): the gateway pauses the fleet's budget for it and raises RetryLater
-    at once instead of holding the attempt's transaction; the attempt is given back, no error recorded, and the
-    event is processed once the pause is over."""
+    """A sync holds its locks while it reads: told to wait, it gives them back and its job comes back after the
+    pause, which every process keeps; the event's attempts and last error are left as they were."""
     stripe_stub.put_subscription("cus_linked", quantity=4)
     stripe_stub.rate_limit("/v1/customers", retry_after=60, times=1)
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+    row_id = await store(worker, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
 
     started = time.monotonic()
-    first = await worker_try(worker, delivery, attempt=1)
-    assert time.monotonic() - started < MAX_WAIT_SECONDS  # not waited out within the attempt
-    assert isinstance(first, Retry) and isinstance(first.__cause__, RetryLater)
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and not row.processed and row.attempts == 0 and row.last_error is None
-    budget = stripe_gateway(worker).budget
+    first = await event_try(worker, row_id)
+    assert time.monotonic() - started < 5  # not waited out holding the sync's locks
+    assert isinstance(first, RetryLater) and first.after_seconds == 60
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is None and row.attempts == 0 and row.last_error is None
+    budget = stripe_budget(worker)
     assert 50 < await budget.paused_seconds() <= 60  # every process waits out the Retry-After
 
     await budget.pause(0.001)  # the Retry-After is over
     await asyncio.sleep(0.01)
-    assert await worker_try(worker, delivery, attempt=2) is None
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
+    assert await comes_back(worker, "customer:cus_linked") is None
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is not None and row.attempts == 1 and row.last_error is None
+    assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"] * 2
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
 
 
-async def test_a_budget_paused_longer_than_a_read_may_wait_parks_the_event_without_counting_an_attempt(
+async def test_a_sync_whose_turn_is_far_comes_back_for_it_holding_nothing_and_counting_no_attempt(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
     stripe_stub.put_subscription("cus_linked", quantity=3)
-    budget = stripe_gateway(worker).budget
+    budget = stripe_budget(worker)
     await budget.pause(MAX_WAIT_SECONDS + 30)  # another process was told to wait (a 429): no slot for 45 s
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+    row_id = await store(worker, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
 
-    first = await worker_try(worker, delivery, attempt=1)
-    assert isinstance(first, Retry) and isinstance(first.__cause__, BudgetParked)
-    assert 40 < (first.defer_score or 0) / 1000 <= 45  # back when the pause is over
+    first = await event_try(worker, row_id)
+    assert isinstance(first, TurnLater) and 40 < first.after_seconds <= 45  # back when the pause is over
     assert stripe_stub.requests == []
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and not row.processed and row.attempts == 0 and row.last_error is None
-    with pytest.raises(BudgetExhaustedError):  # a caller that may not park (a command) gives up at once
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is None and row.attempts == 0 and row.last_error is None
+    with pytest.raises(BudgetExhaustedError):  # a caller without a turn (a command) gives up at once
         await budget.acquire()
 
     await budget.pause(0.001)  # the pause is over
     await asyncio.sleep(0.01)
-    assert await worker_try(worker, delivery, attempt=2) is None
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and row.processed and row.attempts == 1 and row.last_error is None
+    assert await comes_back(worker, "customer:cus_linked") is None
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is not None and row.attempts == 1 and row.last_error is None
 
 
-async def test_stripe_404_for_the_customer_is_permanent_and_not_retried(
-    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+async def test_stripe_404_sets_aside_every_event_the_sync_covers_with_one_alert(
+    worker: Resources,
+    stripe_stub: StripeStub,
+    linked_workspace: Workspace,
+    webhook_secrets: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     stripe_stub.remove("customer", "cus_linked")
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+    secret = webhook_secrets["stripe"]
+    rows = [await store(worker, subscription_delivery(secret, "cus_linked")) for _ in range(3)]
 
-    outcome = await worker_try(worker, delivery, attempt=1)
+    with caplog.at_level(logging.ERROR, logger="app.webhooks.coverage"):
+        assert await event_try(worker, rows[0]) is None  # not retried: the sync ended
 
-    assert isinstance(outcome, PermanentError)  # not arq.Retry: the worker does not run it again
-    row = await read_inbox_row(worker.db, "stripe", delivery.event_id)
-    assert row is not None and not row.processed and row.attempts == 1
-    assert row.last_error is not None
-    assert row.last_error.startswith("PermanentError: Stripe answered reading customer cus_linked: No such customer")
-    assert "(HTTP 404: not retried)" in row.last_error
+    for row_id in rows:
+        row = await Inbox(worker.db).get(row_id)
+        assert row is not None and row.processed_at is None and row.abandoned_at is not None and row.attempts == 1
+        assert row.last_error is not None
+        assert row.last_error.startswith("PermanentError: Stripe answered reading customer cus_linked: No such")
+        assert "(HTTP 404: not retried)" in row.last_error
+    (alert,) = [record.getMessage() for record in caplog.records]
+    assert alert.startswith("3 webhook events set aside: the read of customer:cus_linked failed for good")
+    assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"]  # one read for the three
+    assert await event_try(worker, rows[1]) is None and len(stripe_stub.requests) == 1  # set aside: nothing asks
 
 
 async def test_stripe_timeout_is_retried(
@@ -228,10 +228,10 @@ async def test_stripe_timeout_is_retried(
     worker = await open_resources(STRIPE_API_TIMEOUT_SECONDS="0.3")
     stripe_stub.put_subscription("cus_linked", quantity=5)
     stripe_stub.slow("/v1/customers", seconds=1.0, times=1)
-    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_linked")
+    row_id = await store(worker, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
 
-    first = await worker_try(worker, delivery, attempt=1)
-    assert isinstance(first, Retry) and "within 0.3s" in str(first.__cause__)
-    assert await worker_try(worker, delivery, attempt=2) is None
+    first = await event_try(worker, row_id)
+    assert isinstance(first, SyncComesBack) and "within 0.3s" in str(first.__cause__)
+    assert await comes_back(worker, "customer:cus_linked") is None
 
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 5

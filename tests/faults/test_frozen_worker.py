@@ -59,7 +59,7 @@ async def test_a_frozen_workers_locks_are_released_and_another_worker_processes_
     await resources.redis.set(hold_key(namespace), "1")
     stored = await Inbox(resources.db).store(PROVIDER, "evt_frozen", "test.event", '{"id": "evt_frozen"}')
     frozen = await start_worker()
-    await queue_processing(resources.queue, stored.row_id)
+    await queue_processing(resources.queue, PROVIDER, stored.row_id)
     await wait_for(lambda: resources.redis.exists(holding_key(namespace)), 30, "the attempt to be mid-transaction")
     assert await lock_held(resources, stored.row_id)
 

@@ -70,7 +70,7 @@ async def test_intake_with_redis_down_stores_and_recovery_processes_later(
 async def run_queued_webhook_jobs(resources: Resources) -> Any:
     """What a worker does with the queued job (the worker itself is tested with real processes elsewhere)."""
     namespace = resources.settings.redis_namespace
-    job_ids = await resources.redis.zrange(f"{namespace}webhook-queue", 0, -1)
+    job_ids = await resources.redis.zrange(f"{namespace}webhook-clerk-queue", 0, -1)
     assert job_ids, "the recovery cron queued nothing"
     rows = await inbox_rows(resources)
     for row in rows:

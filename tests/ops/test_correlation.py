@@ -18,7 +18,6 @@ from app.testing import signed_stripe_delivery, stripe_event, stripe_subscriptio
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
-from app.webhooks.jobs import deduplication_id
 from app.webhooks.maintenance import recover
 from tests.factories import WorkspaceFactory, persist
 from tests.ops.conftest import OPS_PASSWORD, ops_client
@@ -29,6 +28,7 @@ __all__ = ["stripe_stub", "stripe_stub_server"]
 
 pytestmark = pytest.mark.slow
 
+QUEUES = "webhook-stripe-queue,stripe-sync-queue,billing-queue"
 REQUEST_ID = "req-correlation-7"
 
 
@@ -56,7 +56,7 @@ async def test_the_deliverys_request_id_is_on_every_line_of_its_processing_and_o
         webhook_secrets["stripe"],
     )
 
-    async with worker_starter(env, "--queues", "webhook-queue,billing-queue") as start:
+    async with worker_starter(env, "--queues", QUEUES) as start:
         worker = await start()
         with logged_api_process(env, tmp_path / "api.log") as base_url:
             async with httpx.AsyncClient(base_url=base_url) as client:
@@ -70,12 +70,14 @@ async def test_the_deliverys_request_id_is_on_every_line_of_its_processing_and_o
                 return row is not None and row.processed_at is not None
 
             await wait_for(processed, 30, "the event to be processed after one failed attempt")
-        lines = [line for line in worker.lines() if f"webhook-event:{event.id}" in str(line.get("job_id", ""))]
+        lines = _job_lines(worker, event.id)
 
     assert event.request_id == REQUEST_ID
     api_lines = [json.loads(raw) for raw in (tmp_path / "api.log").read_text().splitlines() if raw.startswith("{")]
     assert any(line.get("request_id") == REQUEST_ID and "/webhooks/stripe" in line["event"] for line in api_lines)
-    assert len(lines) >= 4  # started, failed; started, finished
+    # The event's job (it asks for the customer's sync), then the sync: started, failed; started, finished.
+    assert len([line for line in lines if "stripe-sync:" in line["job_id"]]) >= 4
+    assert any("webhook-event:" in line["job_id"] for line in lines)
     assert {line.get("request_id") for line in lines} == {REQUEST_ID}
     assert any(line["level"] == "error" for line in lines)
     (failure,) = sentry_stub.wait_for(lambda events: len(events) >= 1)
@@ -90,10 +92,10 @@ async def test_an_event_queued_again_by_an_operator_or_the_recovery_cron_keeps_i
     webhook_secrets: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    """Each round is one try (WEBHOOK_RETRY_LIMIT=0) that fails: the delivery's job, then the job queued by the
-    operations page's Retry (a request with an id of its own), then the one queued by the recovery cron (a
-    process with no request at all). Every line of each job, its start and its failure included, and each
-    failure's Sentry event carry the delivery's request id."""
+    """Each round is one try (WEBHOOK_RETRY_LIMIT=0) of the customer's sync, which fails: the one the delivery's
+    job asked for, then the one asked for by the job the operations page's Retry queued (a request with an id of
+    its own), then by the one the recovery cron queued (a process with no request at all). Every line of each
+    job, its start and its failure included, and each failure's Sentry event carry the delivery's request id."""
     env = {
         **settings_env,
         "STRIPE_API_BASE": stripe_stub.base_url,
@@ -110,7 +112,7 @@ async def test_an_event_queued_again_by_an_operator_or_the_recovery_cron_keeps_i
         webhook_secrets["stripe"],
     )
 
-    async with worker_starter(env, "--queues", "webhook-queue,billing-queue") as start:
+    async with worker_starter(env, "--queues", QUEUES) as start:
         worker = await start()
         with logged_api_process(env, tmp_path / "api.log") as base_url:
             async with ops_client(base_url) as ops:
@@ -134,25 +136,36 @@ async def test_an_event_queued_again_by_an_operator_or_the_recovery_cron_keeps_i
         await _failed_tries(worker, resources, event.id, 3)
         lines = _job_lines(worker, event.id)
 
-    assert [line["event"].split(" (")[0] for line in lines if line["event"].startswith("Job ")] == [
-        "Job ProcessWebhookEventJob started",
-        "Job ProcessWebhookEventJob failed on attempt 1 of 1",
-    ] * 3
+    told = [line["event"].split(" (")[0] for line in lines if line["event"].startswith(("Job ", "Sync of"))]
+    assert (
+        told
+        == [
+            "Job ProcessStripeEventJob started",
+            "Job ProcessStripeEventJob finished in",
+            "Job StripeSyncJob started",
+            "Sync of customer:cus_corr failed",
+            "Job StripeSyncJob finished in",
+        ]
+        * 3
+    )
     assert {line.get("request_id") for line in lines} == {REQUEST_ID}
     failures = sentry_stub.wait_for(lambda events: len(events) >= 3)
     assert [failure["tags"].get("request_id") for failure in failures] == [REQUEST_ID] * 3
 
 
 def _job_lines(worker: WorkerProc, row_id: int) -> list[dict[str, Any]]:
-    return [line for line in worker.lines() if str(line.get("job_id", "")).endswith(f"webhook-event:{row_id}")]
+    """The lines of the event's jobs and of its customer's syncs."""
+    mine = (f"webhook-event:{row_id}", "stripe-sync:customer:cus_corr:")
+    return [line for line in worker.lines() if any(key in str(line.get("job_id", "")) for key in mine)]
 
 
 async def _failed_tries(worker: WorkerProc, resources: Resources, row_id: int, count: int) -> None:
-    """Until the event's job failed ``count`` times and is gone from the queue (it may be queued again)."""
+    """Until the event's sync failed ``count`` times (each an attempt of the event) and ended its round."""
 
     async def failed() -> bool:
         lines = _job_lines(worker, row_id)
-        tried = sum(line["event"].startswith("Job ProcessWebhookEventJob failed") for line in lines) >= count
-        return tried and await resources.queue.state(deduplication_id(row_id)) == "absent"
+        ended = sum(line["event"].startswith("Job StripeSyncJob finished") for line in lines) >= count
+        row = await Inbox(resources.db).get(row_id)
+        return ended and row is not None and row.attempts == count
 
-    await wait_for(failed, 30, f"{count} failed tries of the event's job")
+    await wait_for(failed, 30, f"{count} failed syncs of the event's customer")

@@ -159,7 +159,7 @@ async def test_the_pipeline_gauges_equal_the_database_at_scrape_time(
     settings_env: dict[str, str], resources: Resources
 ) -> None:
     known = await seed_known_events(resources)
-    await queue_processing(resources.queue, known.failed_row)
+    await queue_processing(resources.queue, "stripe", known.failed_row)
     async with AsyncTestClient(build_app(load_settings(settings_env))) as client:
         response = await client.get("/metrics")
     found = samples(response.text)
@@ -167,7 +167,7 @@ async def test_the_pipeline_gauges_equal_the_database_at_scrape_time(
     for provider, counts in known.counts.items():
         for state in ("pending", "failed", "set_aside"):
             assert value(found, "webhook_inbox_events", provider=provider, state=state) == counts[state]
-    assert value(found, "queue_jobs_waiting", queue="webhook-queue") == 1
+    assert value(found, "queue_jobs_waiting", queue="webhook-stripe-queue") == 1
     assert value(found, "workers_alive") == 0
     assert value(found, "cron_period_seconds", cron="WebhookRecoveryCronJob") == 600
     assert value(found, "cron_period_seconds", cron="WebhookRetentionCronJob") == 86400
@@ -199,7 +199,7 @@ async def test_each_worker_serves_its_own_metrics_behind_the_token(
     async with worker_starter(env, "--module", module, "--queues", "webhook-queue") as start:
         await start(WORKER_METRICS_PORT=str(port))
         stored = await Inbox(resources.db).store(PROVIDER, "evt_metrics_1", "test.event", "{}")
-        await queue_processing(resources.queue, stored.row_id)
+        await queue_processing(resources.queue, PROVIDER, stored.row_id)
         url = f"http://127.0.0.1:{port}/metrics"
 
         def processed_once() -> bool:

@@ -160,7 +160,7 @@ async def test_prometheus_scrapes_the_api_and_a_worker_with_the_shipped_config_a
 
                 # One event of the test provider, processed by the worker.
                 stored = await Inbox(resources.db).store(PROVIDER, "evt_scrape_1", "test.event", "{}")
-                await queue_processing(resources.queue, stored.row_id)
+                await queue_processing(resources.queue, PROVIDER, stored.row_id)
                 pipeline = f'sum(webhook_pipeline_seconds_count{{provider="{PROVIDER}"}})'
                 await see(url, pipeline, 1, "the worker's pipeline histogram")
                 # The metric's own job label survives the scrape (honor_labels), not as exported_job.

@@ -39,13 +39,6 @@ class RecordData(msgspec.Struct, frozen=True):
     fail_times: int = 0  # the first N tries raise
     retry_later_seconds: float = 0.0  # if set, those tries raise RetryLater with this delay
     permanent: bool = False
-    wait_turns: int = 0  # the first N runs wait for a turn (a RetryLater that is not a try, as the Stripe budget's)
-    turn_after_seconds: float = 0.1
-
-
-class WaitingForTurn(RetryLater):
-    log_level = logging.INFO
-    counts_as_try = False
 
 
 class RecordJob(Job[RecordData]):
@@ -63,8 +56,6 @@ class RecordJob(Job[RecordData]):
             await asyncio.sleep(data.sleep_seconds)
         if data.permanent:
             raise PermanentError(f"planned permanent failure of {data.key}")
-        if data.wait_turns and await self.starts(data.key) <= data.wait_turns:
-            raise WaitingForTurn(f"planned wait for a turn of {data.key}", after_seconds=data.turn_after_seconds)
         if self.context.attempt <= data.fail_times and data.retry_later_seconds:
             raise RetryLater(f"planned retry-later of {data.key}", after_seconds=data.retry_later_seconds)
         if self.context.attempt <= data.fail_times:

@@ -30,7 +30,7 @@ async def test_fifty_concurrent_adds_with_one_id_make_one_job(resources: Resourc
     assert [r for r in results if r is not None] == [f"{resources.settings.redis_namespace}one-id"]
     queued = await resources.redis.zrange(queue_key(resources.settings, "default-queue"), 0, -1)
     assert queued == [f"{resources.settings.redis_namespace}one-id".encode()]
-    assert await resources.queue.state("one-id") == "queued"
+    assert await resources.queue.state("one-id", "default-queue") == "queued"
 
 
 async def test_a_delayed_job_is_deferred_and_holds_its_id(resources: Resources) -> None:
@@ -39,9 +39,9 @@ async def test_a_delayed_job_is_deferred_and_holds_its_id(resources: Resources) 
     )
 
     assert first is not None
-    assert await resources.queue.state("later") == "deferred"
+    assert await resources.queue.state("later", "default-queue") == "deferred"
     assert await resources.queue.add(RecordJob, RecordData(key="later"), deduplication_id="later") is None
-    assert await resources.queue.state("never-queued") == "absent"
+    assert await resources.queue.state("never-queued", "default-queue") == "absent"
 
 
 async def test_add_refuses_data_of_another_type(resources: Resources) -> None:
@@ -103,7 +103,7 @@ async def test_the_sync_driver_runs_the_job_inside_add(sync_resources: Resources
     assert job_id is not None
     events = await fetch_events(sync_resources)
     assert [(e["key"], e["event"], e["attempt"]) for e in events] == [("inline", "start", 1), ("inline", "end", 1)]
-    assert await sync_resources.queue.state("inline") == "absent"
+    assert await sync_resources.queue.state("inline", "default-queue") == "absent"
 
 
 async def test_the_sync_driver_raises_the_job_failure_to_the_caller(sync_resources: Resources) -> None:

@@ -56,7 +56,7 @@ async def test_a_job_staged_in_a_transaction_that_rolls_back_is_never_queued(res
     assert await resources.queue.relay_outbox() == 0
     assert await staged_job_ids(resources) == []
     assert await queued_ids(resources) == []
-    assert await resources.queue.state("rolled-back") == "absent"
+    assert await resources.queue.state("rolled-back", "default-queue") == "absent"
 
 
 async def test_a_job_staged_in_a_committed_transaction_is_queued_and_run(
@@ -67,14 +67,15 @@ async def test_a_job_staged_in_a_committed_transaction_is_queued_and_run(
         job_id = await resources.queue.add(
             RecordJob, RecordData(key="committed"), deduplication_id="committed", session=session
         )
-        assert await resources.queue.state("committed") == "absent"  # nothing reaches Redis before the commit
+        # nothing reaches Redis before the commit
+        assert await resources.queue.state("committed", "default-queue") == "absent"
         await session.commit()
 
     assert job_id == f"{resources.settings.redis_namespace}committed"
     assert await staged_job_ids(resources) == [job_id]
     assert await resources.queue.relay_outbox(session=session) == 1
     assert await staged_job_ids(resources) == []
-    assert await resources.queue.state("committed") == "queued"
+    assert await resources.queue.state("committed", "default-queue") == "queued"
 
     await start_worker()
 
@@ -88,7 +89,7 @@ async def test_a_staged_delay_counts_from_staging(resources: Resources) -> None:
     await stage_and_commit(resources, RecordData(key="later"), delay=timedelta(minutes=5), deduplication_id="later")
     assert await resources.queue.relay_outbox() == 1
 
-    assert await resources.queue.state("later") == "deferred"
+    assert await resources.queue.state("later", "default-queue") == "deferred"
     (score,) = [
         s
         for _, s in await resources.redis.zrange(queue_key(resources.settings, "default-queue"), 0, 0, withscores=True)

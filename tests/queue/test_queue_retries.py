@@ -80,23 +80,21 @@ async def test_retry_limit_permanent_error_and_one_sentry_error_per_failed_try(
     await queue.add(RecordJob, RecordData(key="perm", permanent=True), retry_limit=5, deduplication_id="perm")
     later = RecordData(key="later", fail_times=1, retry_later_seconds=0.2)  # a 429: deferred, not a fault
     await queue.add(RecordJob, later, retry_limit=3, deduplication_id="later")
-    turns = RecordData(key="turns", wait_turns=3)  # waits for a turn three times: not tries, so not its last
-    await queue.add(RecordJob, turns, retry_limit=1, deduplication_id="turns")
 
     async def settled() -> bool:
-        states = [await queue.state(key) for key in ("always", "once", "perm", "later", "turns")]
-        return states == ["absent"] * 5
+        states = [await queue.state(key, "default-queue") for key in ("always", "once", "perm", "later")]
+        return states == ["absent"] * 4
 
     await wait_for(settled, 20, "the three jobs to finish or fail for good")
     await wait_for(lambda: len(sentry_stub.events) >= 5, 10, "five Sentry events")
 
     starts = {
         key: [e["attempt"] for e in await fetch_events(resources) if e["key"] == key and e["event"] == "start"]
-        for key in ("always", "once", "perm", "later", "turns")
+        for key in ("always", "once", "perm", "later")
     }
-    assert starts == {"always": [1, 2, 3], "once": [1, 2], "perm": [1], "later": [1, 2], "turns": [1, 1, 1, 1]}
+    assert starts == {"always": [1, 2, 3], "once": [1, 2], "perm": [1], "later": [1, 2]}
     ends = [e["key"] for e in await fetch_events(resources) if e["event"] == "end"]
-    assert sorted(ends) == ["later", "once", "turns"]
+    assert sorted(ends) == ["later", "once"]
 
     always = _job_events(sentry_stub, "of always")
     assert sorted(str(e["tags"]["attempt"]) for e in always) == ["1", "2", "3"]

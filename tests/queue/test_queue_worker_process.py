@@ -25,16 +25,16 @@ async def test_the_deduplication_id_holds_while_waiting_running_and_retrying_and
     resources, queue = events_table, events_table.queue
     data = RecordData(key="dedup", sleep_seconds=1.0, fail_times=1, retry_later_seconds=2.0)
     assert await queue.add(RecordJob, data, retry_limit=3, deduplication_id="dedup") is not None
-    assert await queue.state("dedup") == "queued"
+    assert await queue.state("dedup", "default-queue") == "queued"
     assert await queue.add(RecordJob, data, deduplication_id="dedup") is None  # waiting
 
     await start_worker()
     await wait_for(lambda: _events(resources, "dedup", "start"), 10, "the first try to start")
-    assert await queue.state("dedup") == "in_progress"
+    assert await queue.state("dedup", "default-queue") == "in_progress"
     assert await queue.add(RecordJob, data, deduplication_id="dedup") is None  # running
 
     async def retrying() -> bool:
-        return await queue.state("dedup") == "deferred"
+        return await queue.state("dedup", "default-queue") == "deferred"
 
     await wait_for(retrying, 10, "the job to wait for its retry")
     assert await queue.add(RecordJob, data, deduplication_id="dedup") is None  # between tries
@@ -42,7 +42,7 @@ async def test_the_deduplication_id_holds_while_waiting_running_and_retrying_and
     await wait_for(lambda: _events(resources, "dedup", "end"), 15, "the second try to succeed")
 
     async def freed() -> bool:
-        return await queue.state("dedup") == "absent"
+        return await queue.state("dedup", "default-queue") == "absent"
 
     await wait_for(freed, 5, "the id to be free")
     assert [e["attempt"] for e in await _events(resources, "dedup", "start")] == [1, 2]
@@ -86,7 +86,7 @@ async def test_two_workers_share_200_jobs_and_never_run_one_twice_at_once(
         10,
         "the unlisted job to be reported",
     )
-    assert await resources.queue.state("unlisted") == "absent"
+    assert await resources.queue.state("unlisted", "default-queue") == "absent"
 
     # Every line written while a job runs carries the job's context, stdlib lines included.
     lines = [line for w in workers for line in w.lines()]
@@ -99,28 +99,6 @@ async def test_two_workers_share_200_jobs_and_never_run_one_twice_at_once(
     assert len(ends) == 200 and all(line["duration_ms"] >= 20 for line in ends)
     starts = [line for line in in_job if str(line["event"]).startswith("Job RecordJob started")]
     assert len(starts) == 200 and {line["attempt"] for line in starts} == {1}
-
-
-async def test_a_job_waiting_for_its_turn_starts_when_the_turn_comes_not_behind_the_backlog(
-    events_table: Resources, start_worker: Callable[..., Any]
-) -> None:
-    """A job that waits for a turn it holds (a Stripe read parked until its turn of the budget) starts when the
-    turn comes, before the backlog that was due before it."""
-    resources = events_table
-    await start_worker(WORKER_MAX_JOBS="2")
-    turn = RecordData(key="turn", wait_turns=1, turn_after_seconds=1.5)
-    await resources.queue.add(RecordJob, turn, deduplication_id="turn")
-    await wait_for(lambda: _started(resources, "turn"), 10, "the job to ask for its turn")
-    backlog = [f"backlog-{n}" for n in range(60)]  # 3 s of work on two slots, all due before the turn comes
-    await resources.queue.add_many(RecordJob, [(RecordData(key=k, sleep_seconds=0.1), k) for k in backlog])
-
-    async def all_ended() -> bool:
-        return len([e for e in await fetch_events(resources) if e["event"] == "end"]) >= 61
-
-    await wait_for(all_ended, 30, "the backlog and the job to end")
-    starts = [e["key"] for e in await fetch_events(resources) if e["event"] == "start"]
-    assert starts[0] == "turn" and len(starts) == 62
-    assert starts.index("turn", 1) < 62 - 15  # about 30 of the backlog started before its turn came, not all 60
 
 
 async def _started(resources: Resources, key: str) -> bool:
@@ -142,7 +120,7 @@ async def test_sigterm_lets_the_running_job_finish_then_exits_0(
     assert await worker.wait_exit(15) == 0
     assert len(await _events(resources, "long", "end")) == 1  # it finished before the exit
     assert await _events(resources, "after", "start") == []  # no new job after the signal
-    assert await resources.queue.state("after") == "queued"  # left for another worker
+    assert await resources.queue.state("after", "default-queue") == "queued"  # left for another worker
 
 
 async def test_sigkill_mid_job_another_worker_runs_it_again(
@@ -177,5 +155,5 @@ async def test_a_job_still_running_after_the_grace_period_is_cancelled_and_stays
 
     assert await worker.wait_exit(10) == 0
     assert await _events(resources, "slow", "end") == []
-    assert await resources.queue.state("slow") == "queued"  # another worker takes it at once
+    assert await resources.queue.state("slow", "default-queue") == "queued"  # another worker takes it at once
     assert worker.has("1 job(s) still running after the grace period")

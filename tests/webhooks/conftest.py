@@ -43,7 +43,7 @@ class RecordingHandlers:
         return FeatureModule(
             name="recording",
             webhook_handlers={
-                "stripe": EventRoutes(dict.fromkeys(STRIPE_EVENTS.routes, self.handle)),
+                "stripe": EventRoutes(dict.fromkeys(STRIPE_EVENTS.subjects, self.handle)),
                 "clerk": EventRoutes(dict.fromkeys(CLERK_EVENTS.routes, self.handle)),
             },
         )

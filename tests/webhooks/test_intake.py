@@ -29,8 +29,8 @@ def subscription_event(event_id: str | None = None) -> dict[str, Any]:
     return stripe_event("customer.subscription.updated", stripe_subscription("cus_intake"), event_id=event_id)
 
 
-async def queue_state(resources: Resources, row_id: int) -> str:
-    return await resources.queue.state(deduplication_id(row_id))
+async def queue_state(resources: Resources, row_id: int, queue: str = "webhook-stripe-queue") -> str:
+    return await resources.queue.state(deduplication_id(row_id), queue)
 
 
 async def test_signed_stripe_event_is_stored_once_and_queued(
@@ -56,7 +56,7 @@ async def test_signed_clerk_event_uses_the_svix_id(
     (row,) = await inbox_rows(resources)
     assert row.provider == "clerk"
     assert row.event_id == delivery.headers["svix-id"]
-    assert await queue_state(resources, row.id) == "queued"
+    assert await queue_state(resources, row.id, "webhook-clerk-queue") == "queued"
 
 
 async def test_forged_missing_and_stale_signatures_get_400_and_store_nothing(
@@ -78,7 +78,7 @@ async def test_forged_missing_and_stale_signatures_get_400_and_store_nothing(
         assert response.status_code == 400, response.text
         assert response.json()["detail"]
     assert await inbox_count(resources) == 0
-    assert await resources.redis.zcard(f"{resources.settings.redis_namespace}webhook-queue") == 0
+    assert await resources.redis.zcard(f"{resources.settings.redis_namespace}webhook-stripe-queue") == 0
 
 
 async def test_clerk_bad_signatures_get_400(client: Any, resources: Resources, webhook_secrets: dict[str, str]) -> None:
@@ -181,7 +181,7 @@ async def test_redelivery_stores_one_row_and_requeues_a_lost_job(
     (row,) = await inbox_rows(resources)
     # The job is lost (e.g. Redis lost it): a redelivery queues it again.
     namespace = resources.settings.redis_namespace
-    await resources.redis.delete(f"{namespace}webhook-queue", f"arq:job:{namespace}{deduplication_id(row.id)}")
+    await resources.redis.delete(f"{namespace}webhook-stripe-queue", f"arq:job:{namespace}{deduplication_id(row.id)}")
     assert await queue_state(resources, row.id) == "absent"
     again = signed_stripe_delivery(subscription_event(delivery.event_id), webhook_secrets["stripe"])
     assert (await client.post("/webhooks/stripe", content=again.body, headers=again.headers)).status_code == 200
@@ -198,7 +198,7 @@ async def test_fifty_concurrent_deliveries_make_one_row_and_one_job(
     )
     assert {r.status_code for r in responses} == {200}
     (row,) = await inbox_rows(resources)
-    assert await resources.redis.zcard(f"{resources.settings.redis_namespace}webhook-queue") == 1
+    assert await resources.redis.zcard(f"{resources.settings.redis_namespace}webhook-stripe-queue") == 1
     assert await queue_state(resources, row.id) == "queued"
 
 
@@ -236,7 +236,7 @@ async def test_redelivery_of_a_set_aside_event_reopens_it(
         )
         await session.commit()
     namespace = resources.settings.redis_namespace
-    await resources.redis.delete(f"{namespace}webhook-queue", f"arq:job:{namespace}{deduplication_id(row.id)}")
+    await resources.redis.delete(f"{namespace}webhook-stripe-queue", f"arq:job:{namespace}{deduplication_id(row.id)}")
     again = signed_stripe_delivery(subscription_event(delivery.event_id), webhook_secrets["stripe"])
     assert (await client.post("/webhooks/stripe", content=again.body, headers=again.headers)).status_code == 200
     (reopened,) = await inbox_rows(resources)

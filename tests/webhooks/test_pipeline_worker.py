@@ -89,9 +89,12 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
 
         async def settled_at(attempts: int) -> bool:
             row = await row_of(resources, row_id)
-            return row.attempts == attempts and await resources.queue.state(f"webhook-event:{row_id}") == "absent"
+            return (
+                row.attempts == attempts
+                and await resources.queue.state(f"webhook-event:{row_id}", "webhook-queue") == "absent"
+            )
 
-        assert await queue_processing(resources.queue, row_id)
+        assert await queue_processing(resources.queue, PROVIDER, row_id)
         await wait_for(lambda: settled_at(3), 20, "the first round: 1 try + 2 retries")
         assert (await recover(resources)).requeued == 1
         await wait_for(lambda: settled_at(6), 20, "the second round")
@@ -131,7 +134,7 @@ async def test_fifty_queued_copies_of_one_event_process_it_once(
         await empty_effects_table(resources)
         stored = await Inbox(resources.db).store(PROVIDER, "evt_many_copies", "thing.happened", "{}")
         # Recovery, redeliveries and operators may all queue it; arq's dedup and the row lock keep it to one run.
-        await asyncio.gather(*(queue_processing(resources.queue, stored.row_id) for _ in range(50)))
+        await asyncio.gather(*(queue_processing(resources.queue, PROVIDER, stored.row_id) for _ in range(50)))
         await start_worker()
         await wait_for(lambda: successes(resources), 20, "the event to be processed")
         await asyncio.sleep(0.5)

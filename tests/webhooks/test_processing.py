@@ -262,7 +262,7 @@ async def test_a_job_the_handler_stages_is_queued_right_after_the_commit(make_re
     resources = make_resources(handler)
     await process_event(resources, await stored_row(resources))
 
-    assert await resources.queue.state("follow-up") == "queued"
+    assert await resources.queue.state("follow-up", "default-queue") == "queued"
     assert await _staged_job_ids(resources) == []
 
 
@@ -278,4 +278,4 @@ async def test_a_job_staged_by_a_failing_handler_is_never_queued(make_resources:
 
     assert await _staged_job_ids(resources) == []
     assert await resources.queue.relay_outbox() == 0
-    assert await resources.queue.state("follow-up") == "absent"
+    assert await resources.queue.state("follow-up", "default-queue") == "absent"

@@ -36,6 +36,21 @@ class StoredEvent:
     outcome: Outcome
     processed: bool
     request_id: str | None = None  # the stored row's: its first delivery's, which its processing logs
+    tenant_key: str | None = None  # the stored row's
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedEvent:
+    """A synced event as its job sees it before asking for its sync (no lock taken, no attempt counted)."""
+
+    id: int
+    provider: str
+    type: str
+    sync_subject: str | None
+    received_at: datetime
+    request_id: str | None
+    done: bool
+    payload: str | None  # only when the row has no subject yet (stored before subjects were kept)
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,8 @@ class EventRecord:
     abandoned_at: datetime | None
     request_id: str | None = None
     replayed_at: datetime | None = None
+    tenant_key: str | None = None
+    sync_subject: str | None = None
     payload: str | None = None
 
     @property
@@ -74,17 +91,29 @@ class Inbox:
 
     # Intake --------------------------------------------------------------------------------------------
     async def store(
-        self, provider: str, event_id: str, event_type: str, payload: str, *, request_id: str | None = None
+        self,
+        provider: str,
+        event_id: str,
+        event_type: str,
+        payload: str,
+        *,
+        request_id: str | None = None,
+        tenant_key: str | None = None,
+        sync_subject: str | None = None,
     ) -> StoredEvent:
         """Insert the event once per (provider, event id), committed before this returns.
 
         ``request_id``: the delivery's (``X-Request-Id``), kept with the row so its processing logs the same id.
+        ``tenant_key`` and ``sync_subject``: the event's keys (``EventKeys``), decided by its handling module.
         """
+        args = (provider, event_id, event_type, payload, request_id, tenant_key, sync_subject)
         async with driver_connection(self.db) as connection:
             for _ in range(2):
-                row = await connection.fetchrow(sql.STORE, provider, event_id, event_type, payload, request_id)
+                row = await connection.fetchrow(sql.STORE, *args)
                 if row is not None:
-                    return StoredEvent(row["id"], row["outcome"], row["processed"], row["request_id"])
+                    return StoredEvent(
+                        row["id"], row["outcome"], row["processed"], row["request_id"], row["tenant_key"]
+                    )
                 # A concurrent delivery inserted the row after this statement's snapshot: look again.
         raise RuntimeError(f"Inbox row for {provider} event {event_id} neither inserted nor found")
 
@@ -132,6 +161,42 @@ class Inbox:
     async def unlock(driver: Any, row_id: int) -> None:
         await driver.execute(sql.UNLOCK, event_lock_key(row_id))
 
+    # Synced events (a sync of their subject covers them) -----------------------------------------------
+    async def peek(self, row_id: int) -> PeekedEvent | None:
+        async with driver_connection(self.db) as connection:
+            row = await connection.fetchrow(sql.PEEK, row_id)
+        return PeekedEvent(**dict(row)) if row is not None else None
+
+    async def set_subject(self, row_id: int, subject: str) -> None:
+        """Give a row stored before subjects were kept the subject its syncs find it by."""
+        async with driver_connection(self.db) as connection:
+            await connection.execute(sql.SET_SUBJECT, row_id, subject)
+
+    async def covered_count(self, subject: str, read_began: datetime) -> int:
+        """How many events a sync of ``subject`` whose read began at ``read_began`` covers."""
+        async with driver_connection(self.db) as connection:
+            return int(await connection.fetchval(sql.COVERED_COUNT, subject, read_began))
+
+    @staticmethod
+    async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> list[tuple[str, float | None]]:
+        """In the sync's transaction: its events processed with what it wrote; (provider, pipeline seconds) each."""
+        rows = (await session.execute(sql.MARK_COVERED, {"subject": subject, "read_began": read_began})).all()
+        return [(row.provider, None if row.took is None else float(row.took)) for row in rows]
+
+    async def record_covered_failure(self, subject: str, read_began: datetime, error: str) -> list[int]:
+        """A failed sync counts an attempt of each event it covers; their attempts now."""
+        async with driver_connection(self.db) as connection:
+            return [
+                row["attempts"]
+                for row in await connection.fetch(sql.RECORD_COVERED_FAILURE, subject, read_began, error)
+            ]
+
+    @asynccontextmanager
+    async def setting_aside_covered(self, subject: str, read_began: datetime, error: str) -> AsyncIterator[list[Any]]:
+        """The events a sync covers set aside (a permanent error), committed only after the block (the alert)."""
+        async with driver_connection(self.db) as connection, connection.transaction():
+            yield list(await connection.fetch(sql.SET_ASIDE_COVERED, subject, read_began, error))
+
     # Crons --------------------------------------------------------------------------------------------
     async def pending_page(self, received_before: datetime, after: tuple[datetime, int], limit: int) -> list[Any]:
         """Unprocessed rows not set aside, oldest first, from after ``after`` (received_at, id)."""
@@ -155,10 +220,11 @@ class Inbox:
             status = await connection.execute(sql.DELETE_PROCESSED_BATCH, processed_before, limit)
         return int(status.split()[-1])
 
-    async def reopen(self, row_id: int | None = None) -> list[tuple[int, str | None]]:
-        """Give set-aside events (or the one) their attempts back; returns the reopened rows (id, request id)."""
+    async def reopen(self, row_id: int | None = None) -> list[Any]:
+        """Give set-aside events (or the one) their attempts back; the reopened rows (id, provider, request id, tenant
+        key)."""
         async with driver_connection(self.db) as connection:
-            return [(row["id"], row["request_id"]) for row in await connection.fetch(sql.REOPEN, row_id)]
+            return list(await connection.fetch(sql.REOPEN, row_id))
 
     # Operators ------------------------------------------------------------------------------------------
     async def page(
@@ -168,13 +234,14 @@ class Inbox:
         state: State | None = None,
         event_type: str | None = None,
         event_id: str | None = None,
+        tenant_key: str | None = None,
         before_id: int | None = None,
         limit: int = 50,
     ) -> list[EventRecord]:
         """Newest first; the next page starts ``before_id`` = the last id of this one."""
         statement = sql.PAGE.format(state=sql.STATE_CONDITIONS[state] if state else "true")
         async with driver_connection(self.db) as connection:
-            rows = await connection.fetch(statement, provider, event_type, event_id, limit, before_id)
+            rows = await connection.fetch(statement, provider, event_type, event_id, limit, before_id, tenant_key)
         return [_record(row) for row in rows]
 
     async def find(self, identifier: str, provider: str | None = None) -> list[EventRecord]:
@@ -219,6 +286,17 @@ class Inbox:
             for state in ("pending", "failed", "set_aside"):
                 provider[state] += int(row[state])
         return counts
+
+    async def queue_tenants(self) -> dict[str, tuple[int, float]]:
+        """Per provider: the tenants with unprocessed events, and the seconds since the oldest of those arrived."""
+        async with driver_connection(self.db) as connection:
+            rows = await connection.fetch(sql.QUEUE_TENANTS)
+        return {row["provider"]: (int(row["tenants"]), float(row["oldest_seconds"] or 0.0)) for row in rows}
+
+    async def top_tenants(self, limit: int = 10) -> list[Any]:
+        """The tenants with the most unprocessed events: provider, tenant key, how many, the oldest's arrival."""
+        async with driver_connection(self.db) as connection:
+            return list(await connection.fetch(sql.TOP_TENANTS, limit))
 
     async def processed_last_day(self) -> dict[str, int]:
         """Per provider: events processed in the last 24 hours (a day of rows: the overview's, not a scrape's)."""

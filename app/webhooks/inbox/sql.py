@@ -19,21 +19,21 @@ LOCK_BASE = 0x5745 << 48
 # for it); or report the existing row.
 STORE = """
 WITH inserted AS (
-    INSERT INTO webhook_event (provider, event_id, type, payload, request_id)
-    VALUES ($1, $2, $3, $4::jsonb, $5)
+    INSERT INTO webhook_event (provider, event_id, type, payload, request_id, tenant_key, sync_subject)
+    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
     ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING id, request_id
+    RETURNING id, request_id, tenant_key
 ), reopened AS (
     UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
     WHERE provider = $1 AND event_id = $2 AND num_nonnulls(abandoned_at) = 1 AND processed_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM inserted)
-    RETURNING id, request_id
+    RETURNING id, request_id, tenant_key
 )
-SELECT id, 'inserted' AS outcome, false AS processed, request_id FROM inserted
+SELECT id, 'inserted' AS outcome, false AS processed, request_id, tenant_key FROM inserted
 UNION ALL
-SELECT id, 'reopened', false, request_id FROM reopened
+SELECT id, 'reopened', false, request_id, tenant_key FROM reopened
 UNION ALL
-SELECT id, 'existing', processed_at IS NOT NULL, request_id FROM webhook_event
+SELECT id, 'existing', processed_at IS NOT NULL, request_id, tenant_key FROM webhook_event
 WHERE provider = $1 AND event_id = $2
   AND NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM reopened)
 """
@@ -91,10 +91,42 @@ RETURNING provider, event_id, type, attempts, last_error
 """
 UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
 
+# --- Synced events: a sync of their subject covers them -------------------------------------------------
+# An event whose job asks for a sync: no lock, no attempt (the sync counts attempts); the payload only when the
+# row predates sync subjects (its subject is then worked out from it).
+PEEK = """
+SELECT id, provider, type, sync_subject, received_at, request_id,
+       coalesce(processed_at, abandoned_at) IS NOT NULL AS done,
+       CASE WHEN sync_subject IS NULL THEN payload::text END AS payload
+FROM webhook_event WHERE id = $1
+"""
+SET_SUBJECT = "UPDATE webhook_event SET sync_subject = $2 WHERE id = $1 AND sync_subject IS NULL"
+# The events a sync covers: its subject's, unprocessed, not set aside, arrived by the time its read began
+# (ix_webhook_event_sync_subject).
+_COVERED = "sync_subject = $1 AND received_at <= $2 AND processed_at IS NULL AND abandoned_at IS NULL"
+COVERED_COUNT = f"SELECT count(*) FROM webhook_event WHERE {_COVERED}"
+# In the sync's transaction, with what it wrote (the sync's read counts as an attempt of each): `took` as
+# MARK_PROCESSED_AND_UNLOCK's.
+MARK_COVERED = text(
+    """
+UPDATE webhook_event SET processed_at = now(), last_error = NULL, attempts = attempts + 1
+WHERE sync_subject = :subject AND received_at <= :read_began AND processed_at IS NULL AND abandoned_at IS NULL
+RETURNING provider, CASE WHEN replayed_at IS NULL THEN extract(epoch FROM processed_at - received_at) END AS took
+"""
+)
+RECORD_COVERED_FAILURE = f"""
+UPDATE webhook_event SET attempts = attempts + 1, last_error = $3 WHERE {_COVERED}
+RETURNING attempts
+"""
+SET_ASIDE_COVERED = f"""
+UPDATE webhook_event SET abandoned_at = now(), last_error = $3, attempts = attempts + 1 WHERE {_COVERED}
+RETURNING id, provider, event_id, type, attempts, last_error
+"""
+
 # --- Crons ---------------------------------------------------------------------------------------------
 # Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
 PENDING_PAGE = """
-SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id FROM webhook_event
+SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id, tenant_key FROM webhook_event
 WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
   AND received_at >= $2 AND (received_at > $2 OR id > $3)
 ORDER BY received_at, id
@@ -119,13 +151,13 @@ DELETE FROM webhook_event WHERE id IN (
 REOPEN = """
 UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
 WHERE abandoned_at IS NOT NULL AND processed_at IS NULL AND ($1::bigint IS NULL OR id = $1)
-RETURNING id, request_id
+RETURNING id, provider, request_id, tenant_key
 """
 
 # --- Operators (CLI, operations page) --------------------------------------------------------------------
 _RECORD = (
     "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at, request_id, "
-    "replayed_at"
+    "replayed_at, tenant_key, sync_subject"
 )
 STATE_CONDITIONS = {
     "pending": "processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0",
@@ -137,7 +169,8 @@ STATE_CONDITIONS = {
 PAGE = f"""
 SELECT {_RECORD} FROM webhook_event
 WHERE ($1::text IS NULL OR provider = $1) AND ($2::text IS NULL OR type = $2)
-  AND ($3::text IS NULL OR event_id = $3) AND ($5::bigint IS NULL OR id < $5) AND {{state}}
+  AND ($3::text IS NULL OR event_id = $3) AND ($5::bigint IS NULL OR id < $5)
+  AND ($6::text IS NULL OR tenant_key = $6) AND {{state}}
 ORDER BY id DESC
 LIMIT $4
 """
@@ -173,6 +206,19 @@ SELECT provider, count(*) FILTER (WHERE attempts = 0) AS pending, count(*) FILTE
 FROM webhook_event WHERE processed_at IS NULL AND abandoned_at IS NULL GROUP BY provider
 UNION ALL
 SELECT provider, 0, 0, count(*) FROM webhook_event WHERE abandoned_at IS NOT NULL GROUP BY provider
+"""
+# Per provider, the tenants with unprocessed events and the age of the oldest (ix_webhook_event_tenant and
+# ix_webhook_event_pending): each scrape asks, so only unprocessed rows are read.
+QUEUE_TENANTS = """
+SELECT provider, count(DISTINCT tenant_key) AS tenants,
+       extract(epoch FROM now() - min(received_at)) AS oldest_seconds
+FROM webhook_event WHERE processed_at IS NULL AND abandoned_at IS NULL GROUP BY provider
+"""
+# The tenants with the most unprocessed events (the overview's), and how many each.
+TOP_TENANTS = """
+SELECT provider, tenant_key, count(*) AS n, min(received_at) AS oldest FROM webhook_event
+WHERE processed_at IS NULL AND abandoned_at IS NULL AND tenant_key IS NOT NULL
+GROUP BY provider, tenant_key ORDER BY n DESC, oldest LIMIT $1
 """
 # Per provider, the events processed in the last 24 hours, by ix_webhook_event_processed: the operations page's
 # overview only (it reads a day of processed rows, so no scrape asks it).

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from app.core.settings import Settings
+from app.queue.queues import QueueName
 from app.webhooks.guards import WebhookSignatureGuard
 from app.webhooks.verification import (
     MAX_SIGNATURE_HEADER_BYTES,
@@ -51,3 +52,6 @@ class WebhookProvider:
 
     guard: type[WebhookSignatureGuard] = WebhookSignatureGuard
     """The route's signature guard, built from the verifier (a subclass names the provider in tracebacks)."""
+
+    queue: QueueName = QueueName.WEBHOOK
+    """The queue of its events' jobs: a provider of its own (``app/queue/queues.py``) never waits behind another's."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from svix.webhooks import Webhook
 
 from app.core.settings import Settings
+from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
     Headers,
     SignatureError,
@@ -49,6 +50,7 @@ CLERK = WebhookProvider(
     name="clerk",
     guard=ClerkWebhookSignatureGuard,
     build_verifier=_verifier,
+    queue=QueueName.WEBHOOK_CLERK,
     signature_headers={
         "svix-id": "the message id, the same on every retry: the inbox's event id",
         "svix-timestamp": "unix time of the attempt (5 minutes of tolerance, both ways)",

@@ -13,6 +13,7 @@ import time
 import stripe
 
 from app.core.settings import Settings
+from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
     Headers,
     SignatureError,
@@ -85,5 +86,6 @@ STRIPE = WebhookProvider(
     name="stripe",
     guard=StripeWebhookSignatureGuard,
     build_verifier=_verifier,
+    queue=QueueName.WEBHOOK_STRIPE,
     signature_headers={HEADER: "t=<unix time>,v1=<HMAC-SHA256 of '<t>.<body>' keyed by the whsec_ secret>"},
 )

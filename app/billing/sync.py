@@ -1,0 +1,227 @@
+"""Syncs: a Stripe read of one subject, run as its own job for its turn of the API budget, covering its events.
+
+A Stripe event is never applied by its own job: that job asks for a sync of
+the event's subject (``customer:cus_...``, ``checkout:cs_...``,
+``dispute:dp_...``, ``refund:re_...``, ``charge:ch_...``,
+``early_fraud_warning:issfr_...``), and the sync marks processed, in the
+transaction that writes what it read, every event of that subject that arrived
+before its read began. A burst of events about one customer costs one read.
+
+The hand-off (``request_sync``, ``BillingRepository.want_sync``) happens in
+Postgres under the ``billing_sync`` row's lock, so no event is stranded: it is
+covered by a pending sync (one that begins its read later), by one in flight
+whose read began after it arrived, or it starts the next generation. A new
+generation reserves its turn of the budget (``StripeBudget.reserve``) and its
+job is queued for that time on the Stripe sync queue: while it waits it holds
+no worker slot, no transaction and no lock. Generations of one subject follow
+each other, so at most one sync of a subject is in flight (save a sync whose
+turn comes while the one before it still writes: it waits for that one's
+lock).
+
+A sync that fails:
+
+- permanently (a Stripe 404): every event it covers is set aside, one alert;
+- transiently (a 5xx, a timeout): an attempt of each event it covers is
+  counted (so the recovery cron sets them aside after
+  ``WEBHOOK_ABANDON_AFTER_ATTEMPTS``), and it comes back after the backoff of
+  the webhook events' retries (``WEBHOOK_RETRY_LIMIT`` tries a round; then the
+  recovery cron queues the events again);
+- told to wait (a 429, its turn not near, more calls needed than its turn
+  held): no attempt counted; it comes back for its turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from app.billing.budget import TURN_EARLY_SECONDS, BudgetShortfall, Turn
+from app.billing.mirrors import MirrorService
+from app.billing.repository import BillingRepository
+from app.billing.services import BillingService, BillingSync
+from app.billing.stripe_gateway import stripe_budget, stripe_gateway
+from app.core.resources import Resources
+from app.core.sentry import report_exception
+from app.identity.seats import set_member_limit
+from app.queue.errors import PermanentError, RetryLater
+from app.queue.job import FromSetting, Job
+from app.queue.queues import QueueName
+from app.queue.retry import backoff_seconds
+from app.webhooks import coverage
+from app.webhooks.jobs import ProcessWebhookEventJob
+from app.webhooks.processing import describe_error
+
+logger = logging.getLogger(__name__)
+
+CALLS = {"customer": 1, "checkout": 2, "dispute": 2, "refund": 2, "early_fraud_warning": 2, "charge": 1}
+"""Stripe calls a first sync of each kind of subject reserves (a sync that needs more learns it: ``calls``)."""
+STALE_MARGIN_SECONDS = 60
+"""A read in flight longer than the sync's time limit and this is taken for lost (its worker died)."""
+
+
+class StripeSyncData(msgspec.Struct, frozen=True):
+    subject: str
+    generation: int
+    calls: int = 1
+
+
+def sync_job_id(subject: str, generation: int) -> str:
+    return f"stripe-sync:{subject}:{generation}"
+
+
+class SyncComesBack(RetryLater):
+    """The sync failed (logged and reported already) or must wait: its job runs again after ``after_seconds``."""
+
+    log_level = logging.INFO
+
+
+class StripeSyncJob(Job[StripeSyncData]):
+    """Reads one subject from Stripe at its turn of the budget and covers the events that asked for it."""
+
+    queue = QueueName.STRIPE_SYNC
+    fair = False  # queued for its turn of the budget, not its tenant's turn
+    # Its deferrals and its retries are scheduled by the sync itself; the events' rows count the tries.
+    retry_limit = 10_000
+    timeout_seconds = FromSetting("webhook_job_timeout_seconds")
+
+    async def handle(self, data: StripeSyncData) -> None:
+        await run_sync(self.resources, data)
+
+
+async def request_sync(resources: Resources, subject: str, received_at: datetime, request_id: str | None) -> None:
+    """An event that arrived at ``received_at`` asks for a sync of ``subject`` (``SyncedEvents.sync``)."""
+    repo = BillingRepository(resources.db)
+    calls = CALLS.get(subject.partition(":")[0], 1)
+    wanted = await repo.want_sync(subject, received_at, stale_after(resources), calls)
+    if wanted is None:
+        return  # a pending sync covers it, or one whose read began after the event arrived
+    delay = None
+    if wanted.new:
+        wait = await stripe_budget(resources).reserve(subject, wanted.calls)
+        await repo.sync_due(subject, wanted.generation, wait)
+        delay = timedelta(seconds=max(wait - TURN_EARLY_SECONDS, 0.0))
+    else:
+        logger.warning(
+            "Sync of %s (generation %s) is long overdue: its job is queued again.", subject, wanted.generation
+        )
+    await resources.queue.add(
+        StripeSyncJob,
+        StripeSyncData(subject, wanted.generation, wanted.calls),
+        deduplication_id=sync_job_id(subject, wanted.generation),
+        delay=delay,
+        request_id=request_id,
+    )
+
+
+def stale_after(resources: Resources) -> float:
+    """How long a read in flight may last before it counts as lost (its worker died): the sync's time limit and more."""
+    return resources.settings.webhook_job_timeout_seconds + STALE_MARGIN_SECONDS
+
+
+async def run_sync(resources: Resources, data: StripeSyncData) -> None:
+    subject, generation = data.subject, data.generation
+    turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
+    repo = BillingRepository(resources.db)
+    claim = await repo.claim_sync(subject, generation, stale_after(resources))
+    if claim.stale_in is not None:  # this generation's read runs elsewhere (or its worker was lost mid-read)
+        raise SyncComesBack(f"Sync of {subject} is being read by another run", after_seconds=max(claim.stale_in, 1.0))
+    read_began = claim.read_began
+    if read_began is None:
+        logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
+        return
+    if not await coverage.covered_count(resources.db, subject, read_began):
+        logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
+        await repo.release_sync(subject, generation, again=False)
+        return
+    try:
+        processed = await _read_and_write(resources, turn, subject, generation, read_began)
+    except BudgetShortfall as short:
+        wait = await stripe_budget(resources).reserve(subject, short.calls_made + 1)
+        await repo.release_sync(subject, generation, again=True, calls=short.calls_made + 1, due_in=wait)
+        raise SyncComesBack(f"{short}: back for a turn of {short.calls_made + 1}", after_seconds=wait) from short
+    except RetryLater as later:  # Stripe answered 429: not a failure of the events
+        await repo.release_sync(subject, generation, again=True, due_in=later.after_seconds)
+        raise
+    except PermanentError as exc:
+        await _set_aside(resources, subject, generation, read_began, exc)
+        return
+    except Exception as exc:
+        await _failed(resources, subject, generation, read_began, exc)  # raises SyncComesBack unless the round ended
+        return
+    coverage.count_processed(processed)
+    logger.info("Sync of %s covered %d event(s).", subject, len(processed))
+
+
+async def _read_and_write(
+    resources: Resources, turn: Turn, subject: str, generation: int, read_began: datetime
+) -> coverage.Processed:
+    kind, _, object_id = subject.partition(":")
+    gateway, settings = stripe_gateway(resources), resources.settings
+    async with resources.db.session() as session:
+        synced: BillingSync | None = None
+        billing = BillingService(session, gateway, settings.free_plan_member_limit, turn)
+        mirrors = MirrorService(session, gateway, turn)
+        if kind == "customer":
+            synced = await billing.sync_customer(object_id, read_began)
+        elif kind == "checkout":
+            synced = await billing.link_checkout(object_id, read_began)
+        elif kind in ("dispute", "refund", "early_fraud_warning"):
+            await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
+        elif kind == "charge":
+            await mirrors.sync_refunds_of_charge(object_id, read_began)
+        else:
+            raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({subject}).")
+        if synced is not None:  # identity owns seats: it re-seats the members after the commit
+            cause = f"sync:{subject}:{generation}"
+            await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
+        await BillingRepository.sync_done(session, subject, generation, max(turn.made, 1))
+        processed = await coverage.mark_covered(session, subject, read_began)
+        await session.commit()
+    await _relay(resources, session, subject)
+    return processed
+
+
+async def _relay(resources: Resources, session: Any, subject: str) -> None:
+    """Queue the member-limit job the sync staged, now committed; never fails the sync (a worker relays it)."""
+    try:
+        await resources.queue.relay_outbox(session=session)
+    except Exception:
+        logger.exception(
+            "Relaying the jobs staged by the sync of %s failed; a worker queues them within seconds.", subject
+        )
+
+
+async def _set_aside(
+    resources: Resources, subject: str, generation: int, read_began: datetime, exc: PermanentError
+) -> None:
+    set_aside = await coverage.set_aside_covered(resources.db, subject, read_began, describe_error(exc))
+    await BillingRepository(resources.db).release_sync(subject, generation, again=False)
+    logger.info("Sync of %s failed for good: %d event(s) set aside.", subject, set_aside)
+
+
+async def _failed(resources: Resources, subject: str, generation: int, read_began: datetime, exc: Exception) -> None:
+    """Count an attempt of each covered event; come back after the events' backoff, or end the round."""
+    policy = ProcessWebhookEventJob.retry_policy(resources.settings)
+    attempts = await coverage.fail_covered(resources.db, "stripe", subject, read_began, describe_error(exc))
+    position = (max(attempts, 1) - 1) % (policy.retry_limit + 1) + 1  # this try's place in its round
+    again = attempts > 0 and position <= policy.retry_limit
+    delay = backoff_seconds(policy, position) if again else None
+    logger.error(
+        "Sync of %s failed (%s): %s: %s",
+        subject,
+        f"events at {attempts} attempts; read again in {delay:.1f} s" if delay is not None else "round over",
+        type(exc).__name__,
+        exc,
+        exc_info=exc,
+    )
+    report_exception(
+        exc,
+        tags={"stripe.subject": subject.partition(":")[0], "final": "no" if again else "yes"},
+        fingerprint=["stripe-sync-failure", subject.partition(":")[0], type(exc).__qualname__],
+    )
+    await BillingRepository(resources.db).release_sync(subject, generation, again=again, due_in=delay or 0.0)
+    if delay is not None:
+        raise SyncComesBack(f"Sync of {subject} failed: {type(exc).__name__}", after_seconds=delay) from exc

@@ -1,0 +1,86 @@
+"""What a sync does to the inbox events it covers: the webhooks side of ``SyncedEvents``, for the owning module.
+
+A sync of a subject (billing's Stripe reads) covers the events of that subject
+that arrived by the time its read began. It asks here, never writing
+``webhook_event`` itself:
+
+- :func:`covered_count`: whether it covers any (a sync with nothing to cover
+  skips its read);
+- :func:`mark_covered`: in the sync's own transaction, with what it wrote,
+  they are processed; :func:`count_processed` counts them after the commit;
+- :func:`fail_covered`: a transient failure counts an attempt of each (so the
+  recovery cron sets them aside after ``WEBHOOK_ABANDON_AFTER_ATTEMPTS``);
+- :func:`set_aside_covered`: a permanent one sets them all aside, with one alert.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.commands import plural
+from app.core.db import Database
+from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, EVENTS_SET_ASIDE, PIPELINE_SECONDS, child
+from app.core.sentry import report_message
+from app.webhooks.inbox import Inbox
+
+logger = logging.getLogger(__name__)
+
+Processed = Sequence[tuple[str, float | None]]
+"""(provider, seconds from arrival to processing; None for a replay) of each event a sync marked."""
+
+
+async def covered_count(db: Database, subject: str, read_began: datetime) -> int:
+    return await Inbox(db).covered_count(subject, read_began)
+
+
+async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> Processed:
+    """In the sync's transaction: every event of ``subject`` that arrived by ``read_began`` is processed."""
+    return await Inbox.mark_covered(session, subject, read_began)
+
+
+def count_processed(processed: Processed) -> None:
+    """After the sync's commit: each event counted processed, its wait observed (a replay's is not)."""
+    for provider, took in processed:
+        child(EVENTS_PROCESSED, provider).inc()
+        if took is not None:
+            child(PIPELINE_SECONDS, provider).observe(took)
+
+
+async def fail_covered(db: Database, provider: str, subject: str, read_began: datetime, error: str) -> int:
+    """Count an attempt of each event the failed sync covers; the most attempts any of them has now (0: none)."""
+    attempts = await Inbox(db).record_covered_failure(subject, read_began, error)
+    if attempts:
+        child(ATTEMPTS_FAILED, provider).inc(len(attempts))
+    return max(attempts, default=0)
+
+
+async def set_aside_covered(db: Database, subject: str, read_began: datetime, error: str) -> int:
+    """Set aside every event the sync covers, with one alert for them all (committed after it went out)."""
+    async with Inbox(db).setting_aside_covered(subject, read_began, error) as rows:
+        if rows:
+            _alert(subject, rows, error)
+    return len(rows)
+
+
+def _alert(subject: str, rows: Sequence[dict[str, object] | object], error: str) -> None:
+    """One Sentry message and one error log line for the events a permanent failure of one sync set aside."""
+    first = rows[0]
+    provider, event_id = first["provider"], first["event_id"]  # type: ignore[index]
+    message = (
+        f"{plural(len(rows), 'webhook event')} set aside: the read of {subject} failed for good "
+        f"(provider={provider}, first event_id={event_id}, type={first['type']}): {error!r}. "  # type: ignore[index]
+        "Fix the cause, then run `make retry-abandoned` (or resend one from the provider's dashboard)."
+    )
+    logger.error(message)
+    child(EVENTS_SET_ASIDE, str(provider)).inc(len(rows))
+    report_message(
+        message,
+        level="error",
+        tags={"webhook.provider": str(provider), "webhook.subject": subject.partition(":")[0]},
+        extras={"subject": subject, "events": len(rows), "first_event_id": event_id, "last_error": error},
+        fingerprint=["webhook-set-aside-sync", str(provider), subject],
+    )
