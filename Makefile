@@ -25,9 +25,6 @@ PYTHON_IMAGE ?=
 # system's, which holds a TLS-intercepting proxy's CA too. CA_BUNDLE= builds with pip's own.
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 comma := ,
-# The tests that need what system-deps installs: `make test NO_SYSTEM_DEPS=1` installs nothing and leaves them out.
-SYSTEM_DEP_TESTS := tests/ops/test_ops_page.py tests/ops/test_ops_retry_in_browser.py \
-	tests/ops/test_prometheus_scrape.py tests/deploy/test_monitoring.py
 
 .PHONY: install system-deps browser prometheus docker image wrk dev api worker test screenshots lint format migrate \
 	retry-abandoned cli psql send-test-webhook stripe-stub bench soak clean
@@ -72,10 +69,10 @@ api: install  ## the API only
 worker: install  ## a worker for every queue, or QUEUES=a,b
 	@$(WITH_DEV_ENV) $(BIN)/python -m app.worker $(if $(QUEUES),--queues $(QUEUES))
 
+# NO_SYSTEM_DEPS=1: no Debian package installed, and the tests that need one deselected (tools/make_test.py).
 test: install $(if $(NO_SYSTEM_DEPS),,system-deps)  ## the whole suite against real Postgres, Redis, Chromium, Prometheus and a container engine
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
-		$(BIN)/pytest -n 2 -q -p no:cacheprovider -p tools.pytest_paths \
-		$(if $(NO_SYSTEM_DEPS),$(addprefix --ignore=,$(SYSTEM_DEP_TESTS)) -m "not container") $(PYTEST_ARGS)
+		$(BIN)/pytest -n 2 -q -p no:cacheprovider -p tools.make_test $(if $(NO_SYSTEM_DEPS),--without-system-deps) $(PYTEST_ARGS)
 
 screenshots: install browser  ## the operations page's pictures in docs/images, taken by its browser test
 	@mkdir -p docs/images

@@ -1,14 +1,20 @@
-"""docs/deploy.md lists the Stripe and Clerk events to subscribe to: exactly the types the loaded modules route."""
+"""docs/deploy.md: the Stripe and Clerk events to subscribe to are exactly the types the loaded modules route,
+its build commands are the ones `make image` and the image test run, and its proxy bounds what the API does not."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from app.core.settings import load_settings
 from app.runtime import API_MODULES
+from app.webhooks.guards import BODY_TIMEOUT_SECONDS
 from app.webhooks.handlers import EventRoutes
+from tools import container_engine
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 EVENT_TYPE = re.compile(r"`([a-zA-Z_]+(?:\.(?:[a-zA-Z_]+|\*))+)`")
@@ -35,3 +41,65 @@ def test_the_deploy_guide_subscribes_to_exactly_the_routed_types(provider: str, 
 
     assert sorted(documented) == sorted(routed(provider))
     assert len(documented) == len(set(documented))
+
+
+# --- building the image, and the proxy in front ----------------------------------------------------
+
+ROOT = GUIDE.parents[1]
+FENCED = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def section(title: str) -> str:
+    """The guide's text from the heading ``title`` up to the next heading of any level."""
+    text = GUIDE.read_text(encoding="utf-8")
+    start = re.search(rf"^#+ {re.escape(title)}\n", text, re.MULTILINE)
+    assert start, f"docs/deploy.md has no section {title!r}"
+    rest = text[start.end() :]
+    end = re.search(r"^#+ ", rest, re.MULTILINE)
+    return rest[: end.start()] if end else rest
+
+
+def blocks(title: str, language: str) -> list[str]:
+    return [code for lang, code in FENCED.findall(section(title)) if lang == language]
+
+
+def lines(title: str) -> list[str]:
+    return [line.split("  #")[0].strip() for code in blocks(title, "bash") for line in code.splitlines()]
+
+
+def test_the_guides_build_command_is_what_make_image_runs() -> None:
+    ran = subprocess.run(
+        ["make", "-n", "image", "DOCKER=/usr/bin/docker", "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    make_runs = " ".join(ran.replace("\\\n", " ").split())
+    builds = [" ".join(line.split()) for line in lines("Building the image") if " build " in line]
+    assert builds == [make_runs]
+
+
+def test_the_guides_debian_base_is_the_one_the_image_test_makes() -> None:
+    written = lines("Building without Docker Hub")
+    mmdebstrap = next(line for line in written if line.startswith("mmdebstrap "))
+    assert f"--include={container_engine.DEBIAN_BASE_PACKAGES}" in mmdebstrap.split()
+    assert mmdebstrap.split()[-2:] == [container_engine.DEBIAN_SUITE, "base.tar"]
+    assert f"docker import base.tar {container_engine.DEBIAN_BASE}" in written
+    assert f"make image PYTHON_IMAGE={container_engine.DEBIAN_BASE}" in written
+
+
+def test_the_proxy_site_bounds_headers_and_bodies_and_reaches_the_published_api() -> None:
+    (site,) = blocks("A reverse proxy in front of the API", "nginx")
+    statements = [line.split("#")[0].strip() for line in site.splitlines()]
+    directives = [statement.rstrip(";").split(None, 1) for statement in statements if statement.endswith(";")]
+    single = {name: value for name, value in directives if name != "proxy_set_header"}
+    headers = dict(value.split(None, 1) for name, value in directives if name == "proxy_set_header")
+    for timeout in ("client_header_timeout", "client_body_timeout"):
+        assert re.fullmatch(r"\d+s", single[timeout]) and int(single[timeout][:-1]) <= BODY_TIMEOUT_SECONDS
+    assert single["client_max_body_size"] == f"{load_settings({}).webhook_max_body_bytes // 1_048_576}m"
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yml").read_text())["services"]["app"]
+    assert compose["ports"] == ["${API_PORT:-8000}:8000"]
+    port = compose["command"][compose["command"].index("--port") + 1]
+    assert single["proxy_pass"] == f"http://127.0.0.1:{port}"
+    assert headers["X-Forwarded-For"] == "$proxy_add_x_forwarded_for"
