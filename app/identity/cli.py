@@ -1,4 +1,4 @@
-"""``litestar identity reconcile [--full] [--dry-run]``: the pass ``IdentityReconcileCronJob`` runs, on demand."""
+"""``litestar identity reconcile [--dry-run]``: the pass ``IdentityReconcileCronJob`` runs, on demand."""
 
 from __future__ import annotations
 
@@ -20,13 +20,8 @@ def identity_group() -> None:
     help="List everything from Clerk and apply what the webhooks missed; soft-delete the rows whose Clerk object "
     "Clerk confirms is gone (a 404 when read again), as the cron does.",
 )
-@click.option(
-    "--full",
-    is_flag=True,
-    help="Accepted and ignored: every run is full now (deletions included, each confirmed by Clerk).",
-)
 @click.option("--dry-run", is_flag=True, help="Only count what differs.")
-def reconcile_command(app: Litestar, full: bool, dry_run: bool) -> None:
+def reconcile_command(app: Litestar, dry_run: bool) -> None:
     if not command_runtime(app).settings.clerk_secret_key:
         raise click.ClickException("CLERK_SECRET_KEY is not set: set the Clerk Backend API key (sk_...) to reconcile.")
 

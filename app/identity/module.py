@@ -4,8 +4,8 @@ from app.core.module import FeatureModule
 from app.identity.cli import identity_group
 from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
+from app.identity.jobs import ApplyWorkspaceMemberLimitJob
 from app.identity.models import AppUser, Workspace, WorkspaceMember
-from app.identity.seats import ApplyWorkspaceMemberLimitJob
 
 MODULE = FeatureModule(
     name="identity",

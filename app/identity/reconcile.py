@@ -1,7 +1,7 @@
 """Clerk reconciliation: every user, organization and membership Clerk lists, applied as its webhook would be.
 
 What a webhook endpoint that was down for a week missed is whole again after
-one run: each object goes through ``clerk_sync`` with the events' ordering
+one run: each object goes through ``IdentityService`` with the events' ordering
 rules (an object older than what is stored changes nothing; a deleted row stays
 deleted). Rows whose Clerk object no longer exists are soft-deleted, stamped
 with the run's time (Clerk no longer says when), once Clerk confirms it: see
@@ -13,22 +13,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.core.resources import Resources
-from app.core.settings import Settings
 from app.identity.clerk_gateway import ClerkGateway
-from app.identity.clerk_sync import apply_membership, apply_organization, apply_user, reassign_seats
 from app.identity.models import AppUser, Workspace, WorkspaceMember
-from app.identity.services import ClerkModel, clerk_time, key_column, lock_workspace
+from app.identity.repository import ClerkModel, Version, WorkspaceRepository, clerk_rows
+from app.identity.services import IdentityService, clerk_time
 
 logger = logging.getLogger(__name__)
-Apply = Callable[[AsyncSession, dict[str, Any], Settings], Awaitable[None]]
-Version = tuple[datetime | None, datetime | None]
+Apply = Callable[[IdentityService, dict[str, Any]], Awaitable[None]]
 
 
 @dataclass
@@ -42,16 +36,16 @@ class IdentityReport:
         return f"Reconciled {self.reconciled} Clerk objects; {self.differed} differed."
 
 
-async def _user(session: AsyncSession, data: dict[str, Any], settings: Settings) -> None:
-    await apply_user(session, data, "Clerk API user")
+async def _user(identity: IdentityService, data: dict[str, Any]) -> None:
+    await identity.apply_user(data, "Clerk API user")
 
 
-async def _organization(session: AsyncSession, data: dict[str, Any], settings: Settings) -> None:
-    await apply_organization(session, data, "Clerk API organization", settings)
+async def _organization(identity: IdentityService, data: dict[str, Any]) -> None:
+    await identity.apply_organization(data, "Clerk API organization")
 
 
-async def _membership(session: AsyncSession, data: dict[str, Any], settings: Settings) -> None:
-    await apply_membership(session, data, "Clerk API organization membership", settings, deleted_at=None)
+async def _membership(identity: IdentityService, data: dict[str, Any]) -> None:
+    await identity.apply_membership(data, "Clerk API organization membership")
 
 
 def _differs(stored: Version | None, obj: dict[str, Any]) -> bool:
@@ -169,13 +163,7 @@ async def _reader(
     if model is Workspace:
         return gateway.organization
     async with resources.db.session() as session:  # a membership is read through its organization and user
-        rows = await session.execute(
-            select(WorkspaceMember.clerk_membership_id, Workspace.clerk_org_id, AppUser.clerk_user_id)
-            .join(Workspace, Workspace.id == WorkspaceMember.workspace_id)
-            .join(AppUser, AppUser.id == WorkspaceMember.user_id)
-            .where(WorkspaceMember.clerk_membership_id.in_(keys))
-        )
-        links = {str(row[0]): (row[1], row[2]) for row in rows}
+        links = await WorkspaceRepository(session).membership_links(keys)
 
     async def membership(key: str) -> dict[str, Any] | None:
         organization, user = links.get(key, (None, None))
@@ -190,37 +178,20 @@ async def _apply_page(resources: Resources, apply: Apply, page: list[dict[str, A
     if report.dry_run or not page:
         return
     async with resources.db.session() as session:
+        identity = IdentityService(session, resources.settings)
         for obj in page:
-            await apply(session, obj, resources.settings)
+            await apply(identity, obj)
         await session.commit()
 
 
 async def _versions(resources: Resources, model: ClerkModel) -> dict[str, Version]:
-    """Each row's Clerk id -> its version; rows with no Clerk id (a workspace made here) are none of Clerk's."""
-    key = getattr(model, key_column(model))
     async with resources.db.session() as session:
-        rows = (
-            await session.execute(select(key, model.clerk_updated_at, model.deleted_at).where(key.is_not(None)))
-        ).all()
-    return {str(row[0]): (row[1], row[2]) for row in rows}
+        return await clerk_rows(model, session).versions()
 
 
 async def _delete_gone(resources: Resources, model: ClerkModel, keys: list[str]) -> None:
-    """Soft-delete rows Clerk no longer lists; a membership's workspace is re-seated (a seat was freed)."""
-    key = getattr(model, key_column(model))
     async with resources.db.session() as session:
-        if model is WorkspaceMember:
-            workspaces = (
-                await session.scalars(select(WorkspaceMember.workspace_id).where(key.in_(keys)).distinct())
-            ).all()
-            for workspace_id in sorted(workspaces):  # one order: no deadlock with a concurrent run
-                await lock_workspace(session, workspace_id)
-        await session.execute(
-            update(model).where(key.in_(keys), model.deleted_at.is_(None)).values(deleted_at=func.now())
-        )
-        if model is WorkspaceMember:
-            for workspace_id in sorted(workspaces):
-                await reassign_seats(session, resources.settings, workspace_id)
+        await IdentityService(session, resources.settings).delete_gone(model, keys)
         await session.commit()
     logger.warning(
         "Clerk reconciliation: %d %s rows no longer in Clerk (each confirmed by a 404), soft-deleted.",

@@ -1,42 +1,44 @@
-"""Writes of Clerk's users, organizations and memberships: in any order the newest wins, and repeats are safe.
+"""Identity's rules: Clerk's objects applied to our rows, whoever read them, and the seats of a workspace.
 
-Every write is one ``INSERT ... ON CONFLICT`` on the Clerk id, so concurrent
-first sightings of one object cannot collide. These rules decide what a late,
-early or repeated event does:
+A webhook event carries an object (a user, an organization, a membership) as
+``data``; Clerk's Backend API lists the same objects. Both go through
+:class:`IdentityService`, so reconciliation applies exactly the ordering rules
+the events do (``repository``: a change applies only if it is not older than
+what is stored; a deletion is the newest change). ``source`` names where an
+object came from, for the error message when a required field is missing.
 
-- a change applies only if its ``updated_at`` is not older than
-  ``clerk_updated_at`` (a row first seen through another object's event has
-  none, so any change wins). An equal one applies again: it carries the same
-  data, so that is harmless, and a replay after a handler fix takes effect;
-- a deletion is the newest change of its object: it stamps ``deleted_at`` (the
-  earliest deletion time seen) and never touches ``clerk_updated_at``, and once
-  a row is deleted no change with an ``updated_at`` at or before ``deleted_at``
-  writes any of its fields (only a newer one would; Clerk sends none, as a
-  deleted object does not change);
-- nothing clears ``deleted_at``: Clerk never brings a deleted object back, so
-  neither does a late event;
-- a minimal row (``ensure_row``) is only ever inserted, never written over, so
-  naming a row in another object's event changes none of its fields.
+Seats (:class:`SeatService`): a workspace's active members beyond its
+``member_limit`` are suspended, newest first; suspensions lift oldest first as
+the limit grows or members leave. Members are ordered by when they joined
+(Clerk's membership ``created_at``), so the same members keep their seats
+whatever order the events came in.
 
-Hence a live row converges to its newest change, and a deleted row stays
-deleted with the fields it held when its deletion arrived (which of its older
-changes came before the deletion decides them; docs/architecture.md, identity).
+A service works in the session of the unit of work its caller opened (an
+event's transaction, a page of reconciliation, a job) and never commits.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import ColumnElement, CompoundSelect, Table, and_, bindparam, func, or_, select, text
-from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.settings import Settings
 from app.identity.models import AppUser, Workspace, WorkspaceMember
+from app.identity.repository import (
+    ClerkChange,
+    ClerkDeletion,
+    ClerkModel,
+    MemberLimitResult,
+    UserRepository,
+    WorkspaceRepository,
+)
+from app.queue.errors import PermanentError
 
-ClerkModel = type[AppUser] | type[Workspace] | type[WorkspaceMember]
+logger = logging.getLogger(__name__)
 
 
 def clerk_time(milliseconds: Any) -> datetime:
@@ -44,137 +46,128 @@ def clerk_time(milliseconds: Any) -> datetime:
     return datetime.fromtimestamp(int(milliseconds) / 1000, UTC)
 
 
-@dataclass(frozen=True)
-class ClerkChange:
-    """A created or updated object: its ``fields`` apply unless the stored version or deletion is newer or as new.
-
-    "As new" differs between the two: an equal version applies again, a change
-    at the deletion's own time does not.
-    """
-
-    key: str
-    updated_at: datetime
-    fields: dict[str, Any]
-    # Written only when the row is new (e.g. a new workspace's member limit).
-    insert_only: dict[str, Any] = field(default_factory=dict)
+def required(data: Mapping[str, Any], name: str, source: str) -> Any:
+    value = data.get(name)
+    if value is None:
+        raise PermanentError(f"{source} has no {name!r}: it cannot be applied; check its payload.")
+    return value
 
 
-@dataclass(frozen=True)
-class ClerkDeletion:
-    """A deleted object; ``insert_only`` holds what a row needs if the deletion is the first sighting."""
-
-    key: str
-    deleted_at: datetime
-    insert_only: dict[str, Any] = field(default_factory=dict)
-
-
-def key_column(model: ClerkModel) -> str:
-    return {AppUser: "clerk_user_id", Workspace: "clerk_org_id", WorkspaceMember: "clerk_membership_id"}[model]
+def primary_email(data: Mapping[str, Any]) -> str | None:
+    primary = data.get("primary_email_address_id")
+    for address in data.get("email_addresses") or []:
+        if address.get("id") == primary:
+            return str(address["email_address"])
+    return None
 
 
-# The statements are built once per model and column set and run with parameters: building an
-# INSERT ... ON CONFLICT per event cost more CPU than running it (make bench, Clerk drain profile).
+def change(data: Mapping[str, Any], source: str, fields: dict[str, Any], **insert_only: Any) -> ClerkChange:
+    """``created_at`` is Clerk's, so members keep their join order whatever order their events came in."""
+    if data.get("created_at") is not None:
+        fields["created_at"] = clerk_time(data["created_at"])
+    key, updated_at = str(required(data, "id", source)), clerk_time(required(data, "updated_at", source))
+    return ClerkChange(key=key, updated_at=updated_at, fields=fields, insert_only=insert_only)
 
 
-def _table(model: ClerkModel) -> Table:
-    return cast(Table, model.__table__)
+class SeatService:
+    """How many members a workspace may have (``member_limit``), and which members are suspended beyond it."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.workspaces = WorkspaceRepository(session)
+
+    async def apply_member_limit(self, workspace_id: int, *, locked: bool = False) -> MemberLimitResult:
+        """Running it again changes nothing. ``locked``: this transaction already holds the workspace's row lock."""
+        if not locked and not await self.workspaces.lock(workspace_id):
+            return MemberLimitResult()
+        return await self.workspaces.apply_member_limit(workspace_id)
+
+    async def set_member_limit(self, workspace_id: int, limit: int) -> bool:
+        """Give the workspace ``limit`` seats; whether that changed its limit (its members are not re-seated here)."""
+        return await self.workspaces.set_member_limit(workspace_id, limit)
+
+    async def reseat(self, workspace_id: int, limit: int) -> tuple[bool, MemberLimitResult]:
+        """Give the workspace ``limit`` seats and re-seat its members now (this transaction holds the lock)."""
+        changed = await self.workspaces.set_member_limit(workspace_id, limit)
+        return changed, await self.apply_member_limit(workspace_id, locked=True)
 
 
-def _change_applies(table: Table, updated_at: ColumnElement[Any]) -> ColumnElement[bool]:
-    """A change at ``updated_at`` writes the stored row: not older than its version, and newer than its deletion.
+class IdentityService:
+    """Users, organizations (our workspaces) and memberships, as Clerk has them."""
 
-    Both sides are needed: a minimal row has no version but may be deleted, and
-    a deletion leaves the version as it was.
-    """
-    not_older = or_(table.c.clerk_updated_at.is_(None), table.c.clerk_updated_at <= updated_at)
-    after_deletion = or_(table.c.deleted_at.is_(None), table.c.deleted_at < updated_at)
-    return and_(not_older, after_deletion)
+    def __init__(self, session: AsyncSession, settings: Settings) -> None:
+        self.settings = settings
+        self.users = UserRepository(session)
+        self.workspaces = WorkspaceRepository(session)
+        self.seats = SeatService(session)
 
+    async def apply_user(self, data: Mapping[str, Any], source: str) -> None:
+        fields = {
+            "email": primary_email(data),
+            "first_name": data.get("first_name"),
+            "last_name": data.get("last_name"),
+        }
+        await self.users.apply_change(change(data, source, fields))
 
-@functools.cache
-def _change_statement(model: ClerkModel, columns: tuple[str, ...], insert_only: tuple[str, ...]) -> Insert:
-    key, table = key_column(model), _table(model)
-    statement = insert(table).values({name: bindparam(name) for name in (*columns, *insert_only)})
-    return statement.on_conflict_do_update(
-        index_elements=[key],
-        set_={name: statement.excluded[name] for name in columns if name != key},
-        where=_change_applies(table, statement.excluded.clerk_updated_at),
-    )
+    async def delete_user(self, key: str, deleted_at: datetime) -> None:
+        await self.users.apply_deletion(ClerkDeletion(key, deleted_at))
 
+    async def apply_organization(self, data: Mapping[str, Any], source: str) -> None:
+        fields = {"name": data.get("name"), "slug": data.get("slug")}
+        limit = self.settings.free_plan_member_limit
+        await self.workspaces.apply_change(change(data, source, fields, member_limit=limit))
 
-@functools.cache
-def _deletion_statement(model: ClerkModel, insert_only: tuple[str, ...]) -> Insert:
-    key, table = key_column(model), _table(model)
-    statement = insert(table).values({name: bindparam(name) for name in (key, "deleted_at", *insert_only)})
-    # LEAST ignores NULL in Postgres: the first deletion stamps it, a repeat keeps the earliest time.
-    return statement.on_conflict_do_update(
-        index_elements=[key], set_={"deleted_at": func.least(table.c.deleted_at, statement.excluded.deleted_at)}
-    )
+    async def delete_organization(self, key: str, deleted_at: datetime) -> None:
+        limit = self.settings.free_plan_member_limit
+        await self.workspaces.apply_deletion(ClerkDeletion(key, deleted_at, {"member_limit": limit}))
 
+    async def apply_membership(
+        self, data: Mapping[str, Any], source: str, *, deleted_at: datetime | None = None
+    ) -> None:
+        """A membership may arrive before its user or organization: it creates minimal rows from what it carries."""
+        organization = required(data, "organization", source)
+        user = required(data, "public_user_data", source)
+        workspace_id = await self.workspaces.lock_or_insert(
+            str(required(organization, "id", source)),
+            name=organization.get("name"),
+            slug=organization.get("slug"),
+            member_limit=self.settings.free_plan_member_limit,
+        )
+        user_id = await self.users.ensure(
+            str(required(user, "user_id", source)), first_name=user.get("first_name"), last_name=user.get("last_name")
+        )
+        links = {"role": data.get("role"), "workspace_id": workspace_id, "user_id": user_id}
+        if deleted_at is not None:
+            key = str(required(data, "id", source))
+            await self.workspaces.members.apply_deletion(ClerkDeletion(key, deleted_at, links))
+        else:
+            await self.workspaces.members.apply_change(change(data, source, links))
+        await self.reassign_seats(workspace_id)
 
-@functools.cache
-def _ensure_statement(model: type[AppUser] | type[Workspace], columns: tuple[str, ...]) -> CompoundSelect:
-    """Insert if missing and return the id, in one statement (the row may exist, be new, or both)."""
-    key, table = key_column(model), _table(model)
-    inserted = (
-        insert(table)
-        .values({name: bindparam(name) for name in columns})
-        .on_conflict_do_nothing(index_elements=[key])
-        .returning(table.c.id)
-        .cte("inserted")
-    )
-    existing = select(table.c.id).where(table.c[key] == bindparam("lookup_key"))
-    return select(inserted.c.id).union_all(existing).limit(1)
+    async def reassign_seats(self, workspace_id: int) -> None:
+        """A member joining a full workspace is suspended at once; one leaving frees a seat for the oldest suspended.
 
+        The caller holds the workspace's row lock.
+        """
+        if not self.settings.stripe_enabled:  # without billing, no plan limits a workspace's members
+            return
+        result = await self.seats.apply_member_limit(workspace_id, locked=True)
+        if result.changed:
+            logger.info(
+                "Workspace %s: seats reassigned after a membership change (suspended %s, restored %s).",
+                workspace_id,
+                result.suspended,
+                result.restored,
+            )
 
-async def apply_change(session: AsyncSession, model: ClerkModel, change: ClerkChange) -> None:
-    row = {key_column(model): change.key, **change.fields, "clerk_updated_at": change.updated_at}
-    statement = _change_statement(model, tuple(row), tuple(change.insert_only))
-    await session.execute(statement, {**row, **change.insert_only})
+    async def delete_gone(self, model: ClerkModel, keys: Sequence[str]) -> None:
+        """Soft-delete rows whose Clerk object is gone; a membership's workspace is re-seated (a seat was freed).
 
-
-async def apply_deletion(session: AsyncSession, model: ClerkModel, deletion: ClerkDeletion) -> None:
-    statement = _deletion_statement(model, tuple(deletion.insert_only))
-    await session.execute(
-        statement, {key_column(model): deletion.key, "deleted_at": deletion.deleted_at, **deletion.insert_only}
-    )
-
-
-async def ensure_row(session: AsyncSession, model: type[AppUser] | type[Workspace], key: str, **fields: Any) -> int:
-    """The row's id, inserting a minimal row (no ``clerk_updated_at``) if Clerk's own event has not come yet.
-
-    An existing row, deleted or not, is left as it is (``ON CONFLICT DO NOTHING``).
-    """
-    column = key_column(model)
-    values = {column: key, **fields}
-    row_id = await session.scalar(_ensure_statement(model, tuple(values)), {**values, "lookup_key": key})
-    if row_id is None:
-        # A concurrent transaction committed the row after this statement's snapshot: read it now.
-        row_id = await session.scalar(select(model.id).where(getattr(model, column) == key))
-    if row_id is None:  # pragma: no cover - the insert above or a committed one guarantees it
-        raise RuntimeError(f"{model.__tablename__} row {key} neither inserted nor found")
-    return int(row_id)
-
-
-_LOCK_WORKSPACE = text("SELECT id FROM workspace WHERE id = :workspace_id FOR UPDATE")
-_LOCK_WORKSPACE_BY_ORG = text("SELECT id FROM workspace WHERE clerk_org_id = :clerk_org_id FOR UPDATE")
-
-
-async def lock_workspace(session: AsyncSession, workspace_id: int) -> bool:
-    """Every transaction that changes a workspace's members locks the workspace first (no deadlocks).
-
-    Returns whether the workspace exists.
-    """
-    return await session.scalar(_LOCK_WORKSPACE, {"workspace_id": workspace_id}) is not None
-
-
-async def ensure_locked_workspace(session: AsyncSession, clerk_org_id: str, **fields: Any) -> int:
-    """The id of the organization's workspace, locked; a minimal row is inserted if Clerk's event has not come yet.
-
-    One round trip when the workspace exists, the usual case.
-    """
-    workspace_id = await session.scalar(_LOCK_WORKSPACE_BY_ORG, {"clerk_org_id": clerk_org_id})
-    if workspace_id is None:
-        workspace_id = await ensure_row(session, Workspace, clerk_org_id, **fields)
-        await lock_workspace(session, workspace_id)  # a concurrent first sighting may have inserted it
-    return int(workspace_id)
+        The workspaces are locked first, in id order: no deadlock with a concurrent run or event.
+        """
+        workspaces = await self.workspaces.workspaces_of_members(keys) if model is WorkspaceMember else []
+        for workspace_id in workspaces:
+            await self.workspaces.lock(workspace_id)
+        rows = {AppUser: self.users, Workspace: self.workspaces}.get(model, self.workspaces.members)
+        await rows.delete_now(keys)
+        for workspace_id in workspaces:
+            await self.reassign_seats(workspace_id)

@@ -220,8 +220,7 @@ async def test_the_command_says_how_many(clerk_env: dict[str, str], clerk_stub: 
     dry = await asyncio.to_thread(run, "identity", "reconcile", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.strip().splitlines()[-1] == "Reconciled 1 Clerk objects; 1 differed."
-    full = await asyncio.to_thread(run, "identity", "reconcile", "--full", "--dry-run")  # --full: accepted, a no-op
-    assert full.returncode == 0, full.stderr
-    assert full.stdout.strip().splitlines()[-1] == "Reconciled 1 Clerk objects; 1 differed."
+    full = await asyncio.to_thread(run, "identity", "reconcile", "--full", "--dry-run")  # every run is whole
+    assert full.returncode == 2 and "--full" in full.stderr  # click: no such option
     off = await asyncio.to_thread(run, "identity", "reconcile", env={**clerk_env, "CLERK_SECRET_KEY": ""})
     assert off.returncode != 0 and "CLERK_SECRET_KEY is not set" in off.stderr
