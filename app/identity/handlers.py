@@ -9,8 +9,9 @@ top-level ``timestamp`` (deleted objects carry no ``updated_at``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 from app.identity.services import IdentityService, clerk_time, required
 from app.webhooks.handlers import EventRoutes, WebhookContext
@@ -61,11 +62,35 @@ def _by_action(apply: Apply) -> Callable[[WebhookContext], Awaitable[None]]:
     return handle
 
 
-# The Clerk events identity handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores.
+MAX_KEY_CHARS = 200
+
+
+def clerk_tenant(event_type: str, payload: Mapping[str, Any]) -> str | None:
+    """Whose event it is: the organization of an organization or membership event, else the user it is about.
+
+    One organization's bulk import of members then takes its turns in the Clerk
+    queue, and another organization's events, or a user's, are not held up behind it.
+    """
+    data = payload.get("data")
+    if not isinstance(data, Mapping):
+        return None
+    if event_type.startswith("organizationMembership."):
+        organization = data.get("organization")
+        key = organization.get("id") if isinstance(organization, Mapping) else None
+    else:
+        key = data.get("id")
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+        return None
+    return f"user:{key}" if event_type.startswith("user.") else f"org:{key}"
+
+
+# The Clerk events identity handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores,
+# with whose event each is.
 CLERK_EVENTS = EventRoutes(
     {
         "user.*": _by_action(_user),
         "organization.*": _by_action(_organization),
         "organizationMembership.*": _by_action(_membership),
-    }
+    },
+    tenant_key=clerk_tenant,
 )
