@@ -77,6 +77,8 @@ SERVER_URLS = ("DATABASE_URL", "REDIS_URL")
 APPLIED = {"image", "command", "init", "restart", "env_file", "environment", "logging", "tmpfs"}
 APPLIED |= {"stop_signal", "stop_grace_period", "healthcheck"}
 NOT_APPLIED = {"build", "depends_on", "deploy", "profiles", "ports", "expose"}
+# How long the slow job goes on after the worker got SIGTERM (WORKER_SHUTDOWN_GRACE_SECONDS is 60 in the image).
+SLOW_JOB_SECONDS = 5.0
 # Temp folders every Debian system leaves writable to all (sticky), and the API's metrics tmpfs: with what is in them.
 WRITABLE_ON_PURPOSE = ("/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/run/prometheus-multiproc")
 
@@ -403,7 +405,12 @@ async def test_the_image_runs_as_the_compose_file_runs_it(
             await wait_for(
                 lambda: "SIGTERM received" in containers.logs(worker), 20, "the worker to log SIGTERM", step=0.2
             )
-            assert containers.state(worker)["Running"], "the worker ended before its running job finished"
+            # The job outlasts the signal: the worker must keep it running, not cancel it, until it can finish.
+            await asyncio.sleep(SLOW_JOB_SECONDS)
+            assert containers.state(worker)["Running"], (
+                f"the worker ended before its job finished:\n{containers.logs(worker)}"
+            )
+            assert await db.fetchval(blocked, held.get_server_pid()), "the job stopped waiting for the lock: cancelled?"
             row = await event_row(db, "clerk", change.event_id)
             assert row is not None and row["processed_at"] is None, "the job finished while the row was locked"
         finally:
