@@ -99,6 +99,25 @@ class UnlistedJob(Job[RecordData]):
         raise AssertionError("an unlisted job must never run")
 
 
+class TenantRecordData(msgspec.Struct, frozen=True):
+    key: str
+    workspace: str
+    sleep_seconds: float = 0.0
+
+
+class TenantRecordJob(Job[TenantRecordData]):
+    """A SaaS developer's job that says whose work it is by naming a field of its data."""
+
+    queue = QueueName.DEFAULT
+    tenant_field = "workspace"
+    timeout_seconds = 3
+
+    async def handle(self, data: TenantRecordData) -> None:
+        if data.sleep_seconds:
+            await asyncio.sleep(data.sleep_seconds)
+        await RecordJob(self.context).record(data.key, "start")
+
+
 class EveryMinuteCronJob(CronJob):
     queue = QueueName.DEFAULT
     pattern = "* * * * *"
@@ -113,6 +132,6 @@ class EveryMinuteCronJob(CronJob):
             await session.commit()
 
 
-MODULE = FeatureModule(name="queue-tests", jobs=[RecordJob, NoopJob])
+MODULE = FeatureModule(name="queue-tests", jobs=[RecordJob, NoopJob, TenantRecordJob])
 # Only the cron tests load this one: on the wall clock it would fire in any test crossing a minute.
 CRON_MODULE = FeatureModule(name="queue-tests-cron", crons=[EveryMinuteCronJob])
