@@ -10,26 +10,33 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.core.db import Base
 from app.core.models import ClerkSyncedColumns
 
+# Billing's columns: on the workspace row, written only by billing (its repository), read by anyone.
+BILLING = {"owner": "billing"}
+
 
 class Workspace(ClerkSyncedColumns, Base):
-    """A tenant (a Clerk organization) and its billing state as last read from Stripe."""
+    """A tenant (a Clerk organization) and its billing state as last read from Stripe.
+
+    Identity writes the row and ``member_limit`` (seats); the columns marked
+    ``BILLING`` are billing's, the one module that writes them.
+    """
 
     __tablename__ = "workspace"
 
     clerk_org_id: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
     name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     slug: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    stripe_customer_id: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
-    subscription_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    subscription_status: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    price_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    seat_quantity: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stripe_customer_id: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True, info=BILLING)
+    subscription_id: Mapped[str | None] = mapped_column(String(64), nullable=True, info=BILLING)
+    subscription_status: Mapped[str | None] = mapped_column(String(32), nullable=True, info=BILLING)
+    price_id: Mapped[str | None] = mapped_column(String(64), nullable=True, info=BILLING)
+    seat_quantity: Mapped[int | None] = mapped_column(Integer, nullable=True, info=BILLING)
     member_limit: Mapped[int] = mapped_column(Integer, nullable=False)
-    current_period_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    current_period_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, info=BILLING)
     cancel_at_period_end: Mapped[bool] = mapped_column(
-        Boolean, nullable=False, server_default=text("false"), default=False
+        Boolean, nullable=False, server_default=text("false"), default=False, info=BILLING
     )
-    billing_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    billing_synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, info=BILLING)
 
 
 class AppUser(ClerkSyncedColumns, Base):
