@@ -63,10 +63,19 @@ def docker(*args: str, timeout: float = 120.0, check: bool = True) -> subprocess
 
 def answers() -> bool:
     """Whether an engine answers the client."""
+    return _refusal() is None
+
+
+def _refusal() -> str | None:
+    """Why no engine answers the client (its last line of error), or None when one does."""
     try:
-        return docker("version", "--format", "{{.Server.Version}}", timeout=20, check=False).returncode == 0
-    except (EngineUnavailable, subprocess.TimeoutExpired):
-        return False
+        result = docker("version", "--format", "{{.Server.Version}}", timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        return "the engine did not answer `docker version` within 20 s"
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1] if lines else f"`docker version` exited {result.returncode}"
 
 
 def _dockerd() -> str | None:
@@ -91,15 +100,21 @@ def running_engine(log_path: Path) -> Iterator[bool]:
     """
     if client() is None:
         raise EngineUnavailable("No docker client is installed (Debian: apt-get install docker.io, or make docker).")
-    if answers():
+    refusal = _refusal()
+    if refusal is None:
         yield False
         return
+    if "permission denied" in refusal.lower():
+        raise EngineUnavailable(
+            f"The engine refuses this user ({refusal}): add the user to the `docker` group, or run as root."
+        )
     dockerd = _dockerd()
     if dockerd is None:
-        raise EngineUnavailable("No container engine is running and dockerd is not installed (make docker).")
+        raise EngineUnavailable(f"No container engine answers ({refusal}) and dockerd is not installed (make docker).")
     if os.geteuid() != 0:
         raise EngineUnavailable(
-            "No container engine is running and only root can start dockerd: start it (or its service), or run as root."
+            f"No container engine answers ({refusal}) and only root can start dockerd: start it (systemctl start "
+            "docker), or run the tests as root."
         )
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -199,6 +199,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def image(engine: None) -> str:
     """`make image` on the Dockerfile's default base, or on the Debian-made one when that cannot be pulled."""
     base = container_engine.base_image()
+    previous = container_engine.docker("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
     started = time.monotonic()
     result = subprocess.run(
         ["make", "--no-print-directory", "image", f"IMAGE={IMAGE}", f"PYTHON_IMAGE={base}"],
@@ -210,6 +211,9 @@ def image(engine: None) -> str:
     )
     assert result.returncode == 0, f"make image failed on {base}:\n{(result.stdout + result.stderr)[-5000:]}"
     print(f"make image on {base}: {time.monotonic() - started:.0f} s")
+    built = container_engine.docker("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
+    if previous and previous != built:  # the last run's image, untagged now: its layers would pile up run after run
+        container_engine.docker("rmi", previous, check=False)
     return IMAGE
 
 
