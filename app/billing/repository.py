@@ -27,9 +27,12 @@ from app.billing.stripe_objects import MirroredObject, MirrorKind
 from app.core.db import Database, driver_connection
 from app.identity.models import Workspace
 
-# Advisory-lock class of Stripe customers (two-key locks: apart from every one-key lock, e.g. the inbox's).
+# Advisory-lock classes of Stripe customers and of sync subjects (two-key locks: apart from every one-key lock,
+# e.g. the inbox's).
 _CUSTOMER_LOCK_CLASS = 0x5354
+_SUBJECT_LOCK_CLASS = 0x5355
 _LOCK_CUSTOMER = text(f"SELECT pg_advisory_xact_lock({_CUSTOMER_LOCK_CLASS}, hashtext(:customer_id))")
+_LOCK_SUBJECT = text(f"SELECT pg_advisory_xact_lock({_SUBJECT_LOCK_CLASS}, hashtext(:subject))")
 _LOCK_WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE")
 _WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id")
 
@@ -141,7 +144,12 @@ class BillingRepository:
         """In the sync's transaction, before its events are marked (the hand-off's lock order)."""
         await session.execute(_SYNC_DONE, {"subject": subject, "generation": generation, "calls": calls})
 
-    # Locks, in billing's order: the customer, then the rows -------------------------------------------------
+    # Locks, in billing's order: the sync's subject, the customer, then the rows ---------------------------
+    @staticmethod
+    async def lock_subject(session: AsyncSession, subject: str) -> None:
+        """Syncs of one subject one after the other: a run claims its generation only once it holds this."""
+        await session.execute(_LOCK_SUBJECT, {"subject": subject})
+
     @staticmethod
     async def lock_customer(session: AsyncSession, customer_id: str) -> None:
         await session.execute(_LOCK_CUSTOMER, {"customer_id": customer_id})

@@ -3,10 +3,11 @@
 A sync reads Stripe under the locks of what it writes, so two syncs of one
 workspace run one after the other and the later one reads, and writes, the
 later state: the order events arrive in does not matter. Every billing
-transaction takes its locks in one order: the customer's lock first (see
-``BillingRepository.lock_customer``), then the rows it writes (the
-workspace's, or mirror rows by ascending ``stripe_id``, in ``mirrors``). Two
-syncs of one customer then wait for each other instead of deadlocking.
+transaction takes its locks in one order: the sync's subject (taken by
+``sync``), the customer (``BillingRepository.lock_customer``), then the rows
+it writes (the workspace's, or mirror rows by ascending ``stripe_id``, in
+``mirrors``). Two syncs of one customer then wait for each other instead of
+deadlocking.
 
 The customer's lock also covers a workspace that a checkout is linking to the
 customer at that moment: while the link is uncommitted, a lookup by customer

@@ -124,46 +124,72 @@ def stale_after(resources: Resources) -> float:
 async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     subject, generation = data.subject, data.generation
     turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
-    repo = BillingRepository(resources.db)
-    claim = await repo.claim_sync(subject, generation, stale_after(resources))
-    if claim.stale_in is not None:  # this generation's read runs elsewhere (or its worker was lost mid-read)
-        raise SyncComesBack(f"Sync of {subject} is being read by another run", after_seconds=max(claim.stale_in, 1.0))
-    read_began = claim.read_began
-    if read_began is None:
-        logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
-        return
-    if not await coverage.covered_count(resources.db, subject, read_began):
-        logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
-        await repo.release_sync(subject, generation, again=False)
-        return
+    sync, repo = _Sync(resources, subject, generation, turn), BillingRepository(resources.db)
     try:
-        processed = await _read_and_write(resources, turn, subject, generation, read_began)
+        processed = await sync.run()
     except BudgetShortfall as short:
         wait = await stripe_budget(resources).reserve(subject, short.calls_made + 1)
         await repo.release_sync(subject, generation, again=True, calls=short.calls_made + 1, due_in=wait)
         raise SyncComesBack(f"{short}: back for a turn of {short.calls_made + 1}", after_seconds=wait) from short
-    except RetryLater as later:  # Stripe answered 429: not a failure of the events
-        await repo.release_sync(subject, generation, again=True, due_in=later.after_seconds)
+    except RetryLater as later:  # Stripe answered 429, or another run of it reads: not a failure of the events
+        if sync.read_began is not None:
+            await repo.release_sync(subject, generation, again=True, due_in=later.after_seconds)
         raise
     except PermanentError as exc:
-        await _set_aside(resources, subject, generation, read_began, exc)
+        if sync.read_began is None:
+            raise
+        await _set_aside(resources, subject, generation, sync.read_began, exc)
         return
     except Exception as exc:
-        await _failed(resources, subject, generation, read_began, exc)  # raises SyncComesBack unless the round ended
+        if sync.read_began is None:  # before its claim (the database away): the job layer retries it
+            raise
+        await _failed(resources, subject, generation, sync.read_began, exc)  # SyncComesBack unless the round ended
         return
-    coverage.count_processed(processed)
-    logger.info("Sync of %s covered %d event(s).", subject, len(processed))
+    if processed is not None:
+        coverage.count_processed(processed)
+        logger.info("Sync of %s covered %d event(s).", subject, len(processed))
 
 
-async def _read_and_write(
-    resources: Resources, turn: Turn, subject: str, generation: int, read_began: datetime
-) -> coverage.Processed:
-    kind, _, object_id = subject.partition(":")
-    gateway, settings = stripe_gateway(resources), resources.settings
-    async with resources.db.session() as session:
+class _Sync:
+    """One run of a sync: under its subject's lock, claim the generation, read, write, cover, commit."""
+
+    def __init__(self, resources: Resources, subject: str, generation: int, turn: Turn) -> None:
+        self.resources, self.subject, self.generation, self.turn = resources, subject, generation, turn
+        self.read_began: datetime | None = None
+
+    async def run(self) -> coverage.Processed | None:
+        """What it covered; None when it had nothing to read (superseded, or its events covered already).
+
+        The claim comes after the subject's lock: a run waiting for the one before it to write is still
+        pending, so an event arriving meanwhile waits for its read instead of asking for one more.
+        """
+        resources, subject, generation = self.resources, self.subject, self.generation
+        repo = BillingRepository(resources.db)
+        async with resources.db.session() as session:
+            await BillingRepository.lock_subject(session, subject)
+            claim = await repo.claim_sync(subject, generation, stale_after(resources))
+            if claim.stale_in is not None:  # this generation's read runs elsewhere (or its worker was lost)
+                raise SyncComesBack(f"Sync of {subject} is read by another run", after_seconds=max(claim.stale_in, 1))
+            if claim.read_began is None:
+                logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
+                return None
+            self.read_began = claim.read_began
+            if not await coverage.covered_count(resources.db, subject, claim.read_began):
+                logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
+                await repo.release_sync(subject, generation, again=False)
+                return None
+            processed = await self._read_and_write(session, claim.read_began)
+            await session.commit()
+        await _relay(resources, session, subject)
+        return processed
+
+    async def _read_and_write(self, session: Any, read_began: datetime) -> coverage.Processed:
+        resources, subject, generation = self.resources, self.subject, self.generation
+        kind, _, object_id = subject.partition(":")
+        gateway, settings = stripe_gateway(resources), resources.settings
         synced: BillingSync | None = None
-        billing = BillingService(session, gateway, settings.free_plan_member_limit, turn)
-        mirrors = MirrorService(session, gateway, turn)
+        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn)
+        mirrors = MirrorService(session, gateway, self.turn)
         if kind == "customer":
             synced = await billing.sync_customer(object_id, read_began)
         elif kind == "checkout":
@@ -177,11 +203,8 @@ async def _read_and_write(
         if synced is not None:  # identity owns seats: it re-seats the members after the commit
             cause = f"sync:{subject}:{generation}"
             await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
-        await BillingRepository.sync_done(session, subject, generation, max(turn.made, 1))
-        processed = await coverage.mark_covered(session, subject, read_began)
-        await session.commit()
-    await _relay(resources, session, subject)
-    return processed
+        await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
+        return await coverage.mark_covered(session, subject, read_began)
 
 
 async def _relay(resources: Resources, session: Any, subject: str) -> None:
