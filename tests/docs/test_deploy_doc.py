@@ -13,7 +13,7 @@ import yaml
 from app.core.settings import load_settings
 from app.runtime import API_MODULES
 from app.webhooks.guards import BODY_TIMEOUT_SECONDS
-from app.webhooks.handlers import EventRoutes
+from app.webhooks.handlers import EventRoutes, SyncedEvents
 from tools import container_engine
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
@@ -30,9 +30,13 @@ def subscribed(provider: str) -> list[str]:
 def routed(provider: str) -> list[str]:
     """The types the API's modules route for the provider: the ones its intake stores."""
     handlers = [module.webhook_handlers[provider] for module in API_MODULES if provider in module.webhook_handlers]
-    routes = [handler for handler in handlers if isinstance(handler, EventRoutes)]
-    assert routes and routes == handlers, f"a handler that is no EventRoutes takes every {provider} type: {handlers}"
-    return [event_type for handler in routes for event_type in handler.routes]
+    routes = [handler for handler in handlers if isinstance(handler, EventRoutes | SyncedEvents)]
+    assert routes and routes == handlers, f"a handler that lists no types takes every {provider} type: {handlers}"
+    return [
+        event_type
+        for handler in routes
+        for event_type in (handler.routes if isinstance(handler, EventRoutes) else handler.subjects)
+    ]
 
 
 @pytest.mark.parametrize(("provider", "name"), [("stripe", "Stripe"), ("clerk", "Clerk")])
