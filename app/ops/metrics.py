@@ -42,6 +42,18 @@ def state_metrics(state: PipelineState, providers: Iterable[str] = ()) -> Iterat
         for name in INBOX_STATES:
             inbox.add_metric([provider, name], counts.get(name, 0))
     yield inbox
+    tenants = GaugeMetricFamily(
+        "webhook_queue_tenants", "Tenants with unprocessed events (each takes its turn).", labels=["provider"]
+    )
+    oldest = GaugeMetricFamily(
+        "webhook_queue_oldest_seconds", "Age of the oldest unprocessed event.", labels=["provider"]
+    )
+    for provider in sorted({*providers, *state.tenants}):
+        count, age = state.tenants.get(provider, (0, 0.0))
+        tenants.add_metric([provider], count)
+        oldest.add_metric([provider], age)
+    yield tenants
+    yield oldest
     waiting = GaugeMetricFamily("queue_jobs_waiting", "Jobs waiting in each queue (due or deferred).", labels=["queue"])
     for queue, count in state.waiting.items():
         waiting.add_metric([queue], count)

@@ -39,10 +39,13 @@ class PipelineState:
     waiting: dict[str, int] = field(default_factory=dict)
     workers: list[str] = field(default_factory=list)
     crons: list[CronState] = field(default_factory=list)
+    tenants: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """Per provider: tenants with unprocessed events, and the seconds since the oldest of those arrived."""
 
 
 async def read_state(resources: Resources, worker_crons: dict[str, type[CronJob]]) -> PipelineState:
-    state = PipelineState(inbox=await Inbox(resources.db).unprocessed_counts())
+    inbox = Inbox(resources.db)
+    state = PipelineState(inbox=await inbox.unprocessed_counts(), tenants=await inbox.queue_tenants())
     redis, settings = resources.redis, resources.settings
     for queue in QueueName:
         state.waiting[str(queue)] = int(await redis.zcard(queue_key(settings, queue)))

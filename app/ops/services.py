@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.core.resources import Resources
 from app.ops.pipeline_state import PipelineReader
-from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow
+from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow, TenantRow
 from app.queue.crons import cron_job_id
 from app.queue.job import CronJob, CronTick
 from app.webhooks import operations
@@ -23,6 +23,8 @@ from app.webhooks.operations import OperatorError, Outcome
 from app.webhooks.refusals import refused_last_hour
 
 BACKFILL_HOURS = range(1, 721)
+TOP_TENANTS = 10
+"""The overview lists this many tenants with the most unprocessed events."""
 """How far back the page's backfill may look (``webhooks backfill`` itself takes any window)."""
 
 
@@ -59,7 +61,11 @@ class OpsPages:
                     latency.get(name),
                 )
             )
-        return Overview(rows, state)
+        tenants = [
+            TenantRow(row["provider"], row["tenant_key"], int(row["n"]), row["oldest"])
+            for row in await self.inbox.top_tenants(TOP_TENANTS)
+        ]
+        return Overview(rows, state, tenants)
 
     async def events(self, filters: EventFilters, before_id: int | None) -> list[EventRecord]:
         return await self.inbox.page(
@@ -67,6 +73,7 @@ class OpsPages:
             state=filters.state,
             event_type=filters.type,
             event_id=filters.event_id,
+            tenant_key=filters.tenant,
             before_id=before_id,
             limit=PAGE_SIZE,
         )

@@ -26,9 +26,21 @@ class ProviderRow:
 
 
 @dataclass(frozen=True)
+class TenantRow:
+    """A tenant with unprocessed events (a Stripe customer, a Clerk organization or user)."""
+
+    provider: str
+    tenant_key: str
+    unprocessed: int
+    oldest: datetime
+
+
+@dataclass(frozen=True)
 class Overview:
     providers: list[ProviderRow]
     state: PipelineState
+    tenants: list[TenantRow]
+    """The tenants with the most unprocessed events, most first."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class EventFilters:
     state: State | None = None
     type: str | None = None
     event_id: str | None = None
+    tenant: str | None = None
 
     @classmethod
     def of(cls, query: dict[str, str]) -> EventFilters:
@@ -46,11 +59,19 @@ class EventFilters:
             state=cast(State, state) if state in STATES else None,
             type=query.get("type") or None,
             event_id=query.get("event_id") or None,
+            tenant=query.get("tenant") or None,
         )
 
     def query(self, **extra: Any) -> str:
         """The filters (and ``extra``) as a query string for the next page's link."""
-        items = {"provider": self.provider, "state": self.state, "type": self.type, "event_id": self.event_id, **extra}
+        items = {
+            "provider": self.provider,
+            "state": self.state,
+            "type": self.type,
+            "event_id": self.event_id,
+            "tenant": self.tenant,
+            **extra,
+        }
         return urlencode({key: value for key, value in items.items() if value})
 
 

@@ -35,19 +35,23 @@ def retry_abandoned_command(app: Litestar) -> None:
 @webhooks_group.command(name="list", help="Show recent inbox events with their state, newest first.")
 @click.option("--provider", help="Only this provider (stripe, clerk).")
 @click.option("--status", type=click.Choice(list(_STATE_NAMES)), help="Only events in this state.")
+@click.option("--tenant", help="Only this tenant's events (a Stripe customer cus_..., a Clerk org:... or user:...).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
-def list_command(app: Litestar, provider: str | None, status: str | None, limit: int) -> None:
+def list_command(app: Litestar, provider: str | None, status: str | None, tenant: str | None, limit: int) -> None:
     state = _STATE_NAMES[status] if status else None
 
     async def work(resources: Resources) -> list[EventRecord]:
-        return await Inbox(resources.db).page(provider=provider, state=state, limit=limit)
+        return await Inbox(resources.db).page(provider=provider, state=state, tenant_key=tenant, limit=limit)
 
     events = run_with_resources(app, work)
-    click.echo(f"{'ID':>8}  {'PROVIDER':<8}  {'EVENT ID':<34}  {'TYPE':<36}  {'STATE':<9}  {'TRIES':>5}  RECEIVED")
+    click.echo(
+        f"{'ID':>8}  {'PROVIDER':<8}  {'EVENT ID':<34}  {'TYPE':<36}  {'STATE':<9}  {'TRIES':>5}  {'RECEIVED':<19}"
+        "  TENANT"
+    )
     for event in events:
         click.echo(
             f"{event.id:>8}  {event.provider:<8}  {event.event_id[:34]:<34}  {event.type[:36]:<36}  "
-            f"{event.state:<9}  {event.attempts:>5}  {event.received_at:%Y-%m-%d %H:%M:%S}"
+            f"{event.state:<9}  {event.attempts:>5}  {event.received_at:%Y-%m-%d %H:%M:%S}  {event.tenant_key or ''}"
         )
         if event.last_error and event.processed_at is None:
             click.echo(f"{'':>10}last error: {event.last_error[:200]}")
