@@ -17,18 +17,12 @@ from app.queue.models import CronRun
 from app.testing import signed_stripe_delivery, stripe_event
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import deduplication_id, queue_processing
-from tests.ops.conftest import PHONE, OpsPage, api_log, event_row, open_tab, screenshot, seed_known_events
+from tests.ops.conftest import OpsPage, api_log, event_row, open_tab, screenshot, seed_known_events
 from tests.processes import logged_api_process
 
 pytestmark = pytest.mark.slow
 
 COUNTED = ("pending", "failed", "set_aside", "processed_24h")
-# Elements whose content is wider than their box (a table scrolling sideways, a name cut off).
-WIDER_THAN_THEIR_BOX = """
-[...document.querySelectorAll("main *")]
-  .filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).display !== "inline")
-  .map(e => e.tagName + (e.id ? "#" + e.id : "") + " " + e.textContent.trim().slice(0, 40))
-"""
 
 
 async def shown_counts(ops: OpsPage) -> dict[str, dict[str, int]]:
@@ -199,23 +193,6 @@ async def test_actions_say_what_they_did_and_are_logged_with_the_client(
         f"Operations page: retry webhook event row {known.failed_row}, asked by 127.0.0.1.",
     ):
         assert line in log
-
-
-async def test_on_a_phone_sized_screen_nothing_runs_off_the_side(
-    browser: Browser, ops_api: str, resources: Resources, tmp_path: Path
-) -> None:
-    await seed_known_events(resources)
-    tab = await open_tab(browser, ops_api, viewport=PHONE, device_scale_factor=2, is_mobile=True)
-    await tab.log_in()
-    for path in ("/ops", "/ops/events", "/ops/events?state=failed"):
-        await tab.open(path)
-        overflow = await tab.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"{path} is {overflow} px wider than the screen"
-        hidden = await tab.page.evaluate(WIDER_THAN_THEIR_BOX)
-        assert not hidden, f"{path}: content cut off or scrolled sideways in {hidden}"
-    await tab.open("/ops")
-    await screenshot(tab.page, "ops-overview-phone.png", tmp_path)
-    await tab.context.close()
 
 
 async def test_reloading_the_page_an_action_answered_with_does_not_do_it_again(

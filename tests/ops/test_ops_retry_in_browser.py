@@ -129,7 +129,7 @@ async def test_try_it_a_failed_checkout_is_retried_from_its_page_and_processed(
 
         stripe_stub_process()  # the fix: `make stripe-stub`
         await tab.submit("Retry")
-        assert await tab.message() == f"Queued stripe event {event_id} (row {event.id}): its waiting retry runs now."
+        assert (await tab.message()).startswith(f"Queued stripe event {event_id} (row {event.id})")
         await wait_for(lambda: _processed(resources, event.id), 30, "the retried checkout to be processed")
         await tab.page.reload()  # a GET of the event's page: the Retry answered with a redirect to it
         assert await tab.page.locator("#state").inner_text() == "processed"
