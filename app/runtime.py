@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from app.billing.module import MODULE as BILLING
 from app.clients.module import MODULE as CLIENTS
-from app.core.db import Database
+from app.core.db import Base, Database
 from app.core.module import FeatureModule
 from app.core.redis import make_redis
 from app.core.resources import Resources
@@ -40,7 +39,7 @@ def all_modules() -> list[FeatureModule]:
     return list({module.name: module for module in (*API_MODULES, *WORKER_MODULES)}.values())
 
 
-def all_models() -> list[type[Any]]:
+def all_models() -> list[type[Base]]:
     return [model for module in all_modules() for model in module.models]
 
 

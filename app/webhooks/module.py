@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from litestar.types import ControllerRouterHandler
 from redis.asyncio import Redis
 
 from app.core.module import FeatureModule
@@ -31,7 +31,7 @@ RATE_LIMIT_REDIS_TIMEOUT_SECONDS = 0.25
 
 
 def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> FeatureModule:
-    def routes(resources: Resources) -> list[Any]:
+    def routes(resources: Resources) -> list[ControllerRouterHandler]:
         """One route per enabled provider; a provider switched off has none, so it answers 404."""
         settings = resources.settings
         redis: Redis = make_redis(
@@ -45,7 +45,7 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
             timeout=RATE_LIMIT_REDIS_TIMEOUT_SECONDS,
         )
         refusals = RefusalLog(redis, settings.redis_namespace)
-        handlers = []
+        handlers: list[ControllerRouterHandler] = []
         for provider in providers:
             verifier = provider.build_verifier(settings)
             if verifier is None:
