@@ -23,9 +23,9 @@ from app.webhooks.operations import OperatorError, Outcome
 from app.webhooks.refusals import refused_last_hour
 
 BACKFILL_HOURS = range(1, 721)
+"""How far back the page's backfill may look (``webhooks backfill`` itself takes any window)."""
 TOP_TENANTS = 10
 """The overview lists this many tenants with the most unprocessed events."""
-"""How far back the page's backfill may look (``webhooks backfill`` itself takes any window)."""
 
 
 class NotFound(LookupError):
