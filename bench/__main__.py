@@ -30,7 +30,8 @@ from bench import (
     phase_pipeline,
     phase_stripe_backlog,
 )
-from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, MODES, ROOT, Mode, Run
+from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
+from bench.modes import MODES, Mode
 from bench.report import json_line, table
 
 PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {

@@ -33,79 +33,20 @@ from sqlalchemy.engine import make_url
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
+from app.queue.queues import QueueName
 from app.runtime import open_resources
 from app.testing.deliveries import generate_whsec
-from bench.jobs import CREATE_ITEM_TABLE, BenchItem, BenchPingJob, ready_key
+from bench.jobs import CREATE_ITEM_TABLE, PING_JOBS, BenchItem, ready_key
+from bench.modes import Mode
 from bench.processes import ROOT, Managed, Processes
 
-__all__ = ["DEFAULT_DATABASE_URL", "DEFAULT_REDIS_URL", "MODES", "ROOT", "Mode", "Run"]
+__all__ = ["CLERK_QUEUES", "DEFAULT_DATABASE_URL", "DEFAULT_REDIS_URL", "ROOT", "Run"]
 
 DEFAULT_DATABASE_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-QUEUE = "webhook-queue"
-
-
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    intake_seconds: float
-    intake_warmup_seconds: float
-    intake_rounds: int
-    pipeline_seconds: float
-    pipeline_warmup_seconds: float
-    drain_events: int
-    crons_processed: int
-    crons_pending: int
-    pipeline_rate: float = 200.0
-    connections: int = 64
-    reference_drains_2w: bool = True  # the no-op and UPDATE jobs by two workers too (for the record)
-    # stripe_backlog: the backlog (events, customers) and its reference without coalescing, smaller: each of
-    # its events costs a read, at 20 reads per second.
-    stripe_backlog_events: int = 2_000
-    stripe_backlog_customers: int = 200
-    stripe_reference_events: int = 400
-    stripe_reference_customers: int = 40
-    # metrics_cost: intake rounds of each kind, and the order of its drains (a slow moment hits both kinds alike)
-    metrics_intake_rounds: int = 3
-    metrics_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
-
-
-MODES = {
-    "smoke": Mode(
-        "smoke",
-        1.0,
-        0.0,
-        1,
-        1.5,
-        0.5,
-        200,
-        5_000,
-        100,
-        reference_drains_2w=False,
-        stripe_backlog_events=200,
-        stripe_backlog_customers=20,
-        stripe_reference_events=40,
-        stripe_reference_customers=4,
-        metrics_intake_rounds=1,
-        metrics_drains=("on", "off"),
-    ),
-    "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
-    "full": Mode(
-        "full",
-        15.0,
-        3.0,
-        3,
-        60.0,
-        3.0,
-        20_000,
-        1_000_000,
-        1_000,
-        stripe_backlog_events=10_000,
-        stripe_backlog_customers=1_000,
-        stripe_reference_events=2_000,
-        stripe_reference_customers=200,
-    ),
-}
+CLERK_QUEUE = str(QueueName.WEBHOOK_CLERK)
+CLERK_QUEUES = (CLERK_QUEUE,)
+"""What the drain, pipeline and metrics workers serve: the Clerk events' queue (the reference jobs' too)."""
 
 
 def _asyncpg_dsn(url: str) -> str:
@@ -219,9 +160,9 @@ class Run:
         """The run's database as asyncpg takes it."""
         return _asyncpg_dsn(self.db_url)
 
-    @property
-    def queue_key(self) -> str:
-        return self.namespace + QUEUE
+    def queue_key(self, queue: str) -> str:
+        """A queue as Redis holds it (with the run's namespace)."""
+        return self.namespace + queue
 
     async def drop_redis_keys(self) -> None:
         for pattern in (f"{self.namespace}*", f"arq:*:{self.namespace}*"):
@@ -236,7 +177,7 @@ class Run:
 
     async def reset_inbox(self) -> None:
         await self.drop_redis_keys()
-        tables = "webhook_event, workspace_member, workspace, app_user"
+        tables = "webhook_event, workspace_member, workspace, app_user, billing_sync, job_outbox"
         await self.pool.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
 
     async def start_api(self) -> None:
@@ -244,16 +185,26 @@ class Run:
             self.processes.start_uvicorn, "api", "api", "app.asgi:create_app", self.env, self.api_workers
         )
 
+    async def stop_api(self) -> None:
+        if self.api is not None:
+            await asyncio.to_thread(self.processes.stop, self.api)
+            self.api = None
+
     # ------------------------------------------------------------------ workers
 
     async def start_worker(self) -> Managed:
         return (await self.start_workers(1))[0]
 
     async def start_workers(
-        self, count: int, env: Mapping[str, str] | None = None, launcher: Sequence[str] = ()
+        self,
+        count: int,
+        env: Mapping[str, str] | None = None,
+        launcher: Sequence[str] = (),
+        queues: Sequence[str] | None = CLERK_QUEUES,
     ) -> list[Managed]:
-        """``count`` more worker processes, started together; ``env``: settings over the run's (a phase's own);
-        ``launcher``: what runs them (``Processes.start_worker``)."""
+        """``count`` more worker processes, started together and seen polling; ``env``: settings over the run's
+        (a phase's own); ``launcher``: what runs them (``Processes.start_worker``); ``queues``: the ones they serve
+        (None: every queue of the loaded modules)."""
         started = []
         for _ in range(count):
             name = f"worker{len(self.workers) + 1}"
@@ -263,10 +214,11 @@ class Run:
                 {**self.env, **(env or {})},
                 ["--module", "bench.jobs:MODULE"],
                 launcher,
+                queues,
             )
             self.workers.append(worker)
             started.append(worker)
-        await self._wait_workers_ready()
+        await self._wait_workers_ready(str(queues[0]) if queues else CLERK_QUEUE)
         return started
 
     async def stop_workers(self) -> None:
@@ -274,8 +226,8 @@ class Run:
             await asyncio.to_thread(self.processes.stop, worker)
         self.workers = []
 
-    async def _wait_workers_ready(self, within: float = 60.0) -> None:
-        """Queue ping jobs until every worker process has run one: then each is polling."""
+    async def _wait_workers_ready(self, queue: str, within: float = 60.0) -> None:
+        """Queue ping jobs on ``queue`` until every worker process has run one: then each is polling."""
         key = ready_key(self.namespace)
         await self.redis.delete(key)
         wanted = {str(worker.process.pid) for worker in self.workers}
@@ -290,28 +242,27 @@ class Run:
                 break
             for _ in range(5):
                 n += 1
-                await self.resources.queue.add(BenchPingJob, BenchItem(id=n))
+                await self.resources.queue.add(PING_JOBS[queue], BenchItem(id=n))
             await asyncio.sleep(0.05)
         else:
             raise TimeoutError(f"workers not polling within {within:g} s: see {self.directory}")
-        await self.wait_queue_empty(within=30.0, due_only=True)  # a held-back backlog may wait there
+        await self.wait_queue_empty(within=30.0, queues=(queue,))
         await self.redis.delete(key)
 
-    async def wait_queue_empty(self, within: float, *, due_only: bool = False) -> float:
-        """Poll the queue every 5 ms until arq removed its last job (arq does that when a job finishes).
-
-        ``due_only``: its last job due by now; jobs queued for later (a held-back backlog) stay.
-        """
-        key = self.queue_key
+    async def wait_queue_empty(self, within: float, queues: Sequence[str] = CLERK_QUEUES) -> float:
+        """Poll the queues every 5 ms until arq removed their last job (arq does that when a job finishes);
+        returns when (``time.perf_counter()``)."""
+        keys = [self.queue_key(queue) for queue in queues]
 
         async def left() -> int:
-            if due_only:
-                return int(await self.redis.zcount(key, "-inf", int(time.time() * 1000)))
-            return int(await self.redis.zcard(key))
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.zcard(key)
+                return sum(await pipe.execute())
 
         deadline = time.perf_counter() + within
         while await left():
             if time.perf_counter() > deadline:
-                raise TimeoutError(f"{key} still holds {await left()} jobs after {within:g} s")
+                raise TimeoutError(f"{', '.join(queues)} still hold {await left()} jobs after {within:g} s")
             await asyncio.sleep(0.005)
         return time.perf_counter()

@@ -1,7 +1,9 @@
 """Reference jobs for the drain measurement, loaded into real workers with ``--module bench.jobs:MODULE``.
 
-They live on the webhook queue, so the same worker processes (same settings,
-same single arq Worker per process) drain the Clerk backlog and these jobs.
+The no-op and one-UPDATE jobs live on the Clerk events' queue, so the same
+arq Worker (same process, same settings, same slots) drains the Clerk backlog
+and these jobs. A ping job per queue tells the harness a worker serving that
+queue is polling.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class BenchItem(msgspec.Struct, frozen=True):
 class BenchNoopJob(Job[BenchItem]):
     """Does nothing: the queue's own cost per job."""
 
-    queue = QueueName.WEBHOOK
+    queue = QueueName.WEBHOOK_CLERK
 
     async def handle(self, data: BenchItem) -> None:
         return None
@@ -47,7 +49,7 @@ class BenchNoopJob(Job[BenchItem]):
 class BenchUpdateJob(Job[BenchItem]):
     """One UPDATE in its own transaction, through the shared session maker (how a job usually writes)."""
 
-    queue = QueueName.WEBHOOK
+    queue = QueueName.WEBHOOK_CLERK
 
     async def handle(self, data: BenchItem) -> None:
         async with self.resources.db.session() as session:
@@ -58,11 +60,21 @@ class BenchUpdateJob(Job[BenchItem]):
 class BenchPingJob(Job[BenchItem]):
     """Records which worker process ran it: the harness knows a worker is polling once its pid shows up."""
 
-    queue = QueueName.WEBHOOK
+    queue = QueueName.WEBHOOK_CLERK
 
     async def handle(self, data: BenchItem) -> None:
         key = ready_key(self.resources.settings.redis_namespace)
         await self.resources.redis.sadd(key, os.getpid())  # type: ignore[misc]
 
 
-MODULE = FeatureModule(name="bench", jobs=[BenchNoopJob, BenchUpdateJob, BenchPingJob])
+def _ping_on(queue: QueueName) -> type[BenchPingJob]:
+    if queue == BenchPingJob.queue:
+        return BenchPingJob
+    words = "".join(word.capitalize() for word in queue.removesuffix("-queue").split("-"))
+    return type(f"BenchPing{words}Job", (BenchPingJob,), {"queue": queue, "__module__": __name__})
+
+
+PING_JOBS: dict[str, type[BenchPingJob]] = {str(queue): _ping_on(queue) for queue in QueueName}
+"""The ping job of each queue: a worker is seen polling once it ran the one of a queue it serves."""
+
+MODULE = FeatureModule(name="bench", jobs=[BenchNoopJob, BenchUpdateJob, *PING_JOBS.values()])

@@ -1,20 +1,22 @@
 """Phase 3, drain: backlogs drained by one and by two worker processes.
 
-A backlog of Clerk events (rows + queued jobs, held back and then released at
-once), and the same number of no-op and one-UPDATE jobs (``bench/jobs.py``) as
-references, each timed until the queue is empty.
+A backlog of Clerk events (rows stored as the intake stores them, their jobs
+queued to become due at one instant while the workers poll: ``bench/backlog.py``),
+and the same number of no-op and one-UPDATE jobs (``bench/jobs.py``, on the same
+queue) as references, each timed from that instant until the queue is empty.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING
 
 import psutil
 
-from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
-from bench.backlog import enqueue_held_back, release
+from bench.backlog import Due, due_in, queue_due, queue_events_due, until_due
 from bench.deliveries import clerk_mix
+from bench.inbox import store_events
 from bench.jobs import ITEM_TABLE, BenchItem, BenchNoopJob, BenchUpdateJob
 from bench.measures import profiler, service_cpu_seconds
 
@@ -27,8 +29,8 @@ async def drain(run: Run) -> None:
     if not run.workers:
         await run.start_worker()
     await warm_up(run)
-    await clerk_backlog(run, count, "d1")
-    run.results["drain_eps_1w"] = await _drain(run, "clerk 1w", count)
+    due = await clerk_backlog(run, count, "d1")
+    run.results["drain_eps_1w"] = await _drain(run, "clerk 1w", count, due)
     await _check_clerk(run, count, "1 worker")
     noop, update = await _reference_drains(run, "1w")
     run.results.update(noop_eps=noop, update_eps=update)
@@ -43,8 +45,8 @@ async def drain(run: Run) -> None:
 
     await run.start_worker()
     await warm_up(run)
-    await clerk_backlog(run, count, "d2")
-    run.results["drain_eps_2w"] = await _drain(run, "clerk 2w", count)
+    due = await clerk_backlog(run, count, "d2")
+    run.results["drain_eps_2w"] = await _drain(run, "clerk 2w", count, due)
     await _check_clerk(run, count, "2 workers")
     if run.mode.reference_drains_2w:
         noop2, update2 = await _reference_drains(run, "2w")
@@ -55,14 +57,16 @@ async def drain(run: Run) -> None:
     await run.reset_inbox()
 
 
-async def _drain(run: Run, label: str, count: int) -> float:
+async def _drain(run: Run, label: str, count: int, due: Due) -> float:
+    """Time the backlog due at ``due`` until the queue is empty; the CPU counters are read just before."""
     timeout = max(60.0, count / 50)
+    await until_due(due, ahead=0.2)
     profile = profiler(run, f"worker-{label}", run.workers[0], None) if run.profile else None
     cpu = [psutil.Process(worker.process.pid) for worker in run.workers]
     cpu_before = [process.cpu_times() for process in cpu]
     services_before = service_cpu_seconds()
     psutil.cpu_percent()
-    started = await release(run)
+    started = await until_due(due)
     ended = await run.wait_queue_empty(timeout)
     machine = psutil.cpu_percent()
     services = {name: (seconds - services_before.get(name, 0.0)) for name, seconds in service_cpu_seconds().items()}
@@ -92,17 +96,13 @@ async def _drain(run: Run, label: str, count: int) -> float:
     return rate
 
 
-async def clerk_backlog(run: Run, count: int, tag: str) -> None:
+async def clerk_backlog(run: Run, count: int, tag: str) -> Due:
+    """``count`` Clerk events stored, their jobs queued to be due at the instant returned."""
     events = clerk_mix(count, tag, seed=sum(map(ord, tag)))
-    records = [("clerk", event.event_id, event.event_type, event.body) for event in events]
-    async with run.pool.acquire() as connection:
-        await connection.copy_records_to_table(
-            "webhook_event", records=records, columns=["provider", "event_id", "type", "payload"]
-        )
-        rows = await connection.fetch("SELECT id FROM webhook_event WHERE processed_at IS NULL")
-    ids = [row["id"] for row in rows]
-    data = [ProcessWebhookEventData(event_row_id=row_id) for row_id in ids]
-    await enqueue_held_back(run, ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
+    rows = await store_events(run, "clerk", [(event.event_id, json.loads(event.body)) for event in events])
+    due = due_in(len(rows))
+    await queue_events_due(run, rows, due)
+    return due
 
 
 async def _check_clerk(run: Run, count: int, label: str) -> None:
@@ -118,13 +118,15 @@ async def _check_clerk(run: Run, count: int, label: str) -> None:
 
 async def _reference_drains(run: Run, suffix: str) -> tuple[float, float]:
     count = run.mode.drain_events
-    items = [BenchItem(id=n) for n in range(1, count + 1)]
-    await enqueue_held_back(run, BenchNoopJob, items, lambda item: None)
-    noop = await _drain(run, f"noop {suffix}", count)
+    items = [(BenchItem(id=n), None, None) for n in range(1, count + 1)]
+    due = due_in(count)
+    await queue_due(run, BenchNoopJob, items, due)
+    noop = await _drain(run, f"noop {suffix}", count, due)
     await run.pool.execute(f"TRUNCATE {ITEM_TABLE}")
     await run.pool.execute(f"INSERT INTO {ITEM_TABLE} (id) SELECT generate_series(1, $1::int)", count)
-    await enqueue_held_back(run, BenchUpdateJob, items, lambda item: None)
-    update = await _drain(run, f"update {suffix}", count)
+    due = due_in(count)
+    await queue_due(run, BenchUpdateJob, items, due)
+    update = await _drain(run, f"update {suffix}", count, due)
     done = await run.pool.fetchval(f"SELECT count(*) FROM {ITEM_TABLE} WHERE n = 1")
     if done != count:
         run.notes.append(f"update drain {suffix}: {done} of {count} rows updated once")
@@ -134,7 +136,6 @@ async def _reference_drains(run: Run, suffix: str) -> tuple[float, float]:
 async def warm_up(run: Run) -> None:
     """A few Clerk events through every worker first: a fresh worker prepares its statements on the way."""
     await run.reset_inbox()
-    await clerk_backlog(run, max(50, run.mode.drain_events // 20), "warm")
-    await release(run)
+    await until_due(await clerk_backlog(run, max(50, run.mode.drain_events // 20), "warm"))
     await run.wait_queue_empty(within=60.0)
     await run.reset_inbox()

@@ -24,7 +24,7 @@ import psutil
 
 from app.testing.processes import free_port
 from bench import loadgen
-from bench.backlog import release
+from bench.backlog import until_due
 from bench.deliveries import stripe_set
 from bench.measures import cpu_seconds, profiler
 from bench.phase_drain import clerk_backlog, warm_up
@@ -89,12 +89,13 @@ async def _drain(run: Run) -> None:
         env = {"WORKER_METRICS_PORT": str(port)} if kind == "on" else {}
         (worker,) = await run.start_workers(1, env, WITHOUT if kind == "off" else ())
         await warm_up(run)
-        await clerk_backlog(run, count, f"m{round_no}")
+        due = await clerk_backlog(run, count, f"m{round_no}")
+        await until_due(due, ahead=0.2)
         process = psutil.Process(worker.process.pid)
         profile = profiler(run, f"worker-metrics-{kind}-{round_no}", worker, None)
         before = process.cpu_times()
         async with _scraping([f"http://127.0.0.1:{port}/metrics"] if kind == "on" else []):
-            started = await release(run)
+            started = await until_due(due)
             ended = await run.wait_queue_empty(max(60.0, count / 50))
         after = process.cpu_times()
         if profile:

@@ -1,36 +1,38 @@
-"""Phase 5, stripe_backlog: a Stripe backlog drained by two workers through the fleet's Stripe API budget.
+"""Phase stripe_backlog: a Stripe backlog drained by two workers through the fleet's Stripe API budget.
 
 C linked customers (each a workspace with ``stripe_customer_id`` and an active
 subscription in the Stripe stub), E/C ``customer.subscription.updated`` events
-each, shuffled as a backlog accumulates, stored in the inbox and queued while no
-worker runs (held back; see ``bench/backlog.py``). Two workers (``--queues
-webhook-queue``, ``STRIPE_API_RATE_LIMIT_PER_SECOND=20``) are started, then the
-backlog is released and timed until the queue is empty. The stub (a thread of
-this process) answers 429 past 25 requests in any second, as Stripe would.
+each, shuffled as a backlog accumulates, stored in the inbox as the intake
+stores them (each with its tenant and sync subject, the customer). Two workers
+(``--queues webhook-stripe-queue,stripe-sync-queue``,
+``STRIPE_API_RATE_LIMIT_PER_SECOND=20``) are started, then the backlog is
+queued to become due at one instant (``bench/backlog.py``) and timed from it
+until both queues are empty. The stub (a thread of this process) answers 429
+past 25 requests in any second, as Stripe would.
 
 Figures: the stub's 429s (the budget must keep every worker under Stripe's
-limit), Stripe calls per distinct customer (a burst about one customer costs one
-read), and the drain time over the time the budget needs for those calls
-(``calls / 20`` s: how fully the fleet uses the budget; its first second is free,
-so a tiny backlog can score under 1). The same backlog, smaller
-(``stripe_reference_*``), with ``BILLING_COALESCE_READS=false`` is the reference:
-every event then costs a call. Every workspace must end as the stub has it.
+limit), Stripe calls per distinct customer (a sync covers every event of its
+customer that arrived before its read: a burst about one customer costs one
+read), the drain time over the time the budget needs for those calls (``calls /
+20`` s: how fully the fleet uses the budget; its first second is free, so a
+tiny backlog can score under 1), and the workers' CPU per event of the backlog.
+Every workspace must end as the stub has it.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from app.testing.deliveries import random_id, stripe_event, stripe_subscription
+from app.queue.queues import QueueName
+from app.testing.deliveries import stripe_event, stripe_subscription
 from app.testing.stripe_stub import StripeStub
-from app.webhooks.jobs import ProcessWebhookEventData, ProcessWebhookEventJob, deduplication_id
-from bench.backlog import enqueue_held_back, release
+from bench.backlog import due_in, queue_events_due, until_due
+from bench.inbox import Stored, store_events
 from bench.measures import profiler
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 BUDGET_PER_SECOND = 20  # STRIPE_API_RATE_LIMIT_PER_SECOND of the workers
 STUB_LIMIT_PER_SECOND = 25  # what the stub lets through, like Stripe's own limit above the budget
 WORKERS = 2
+STRIPE_QUEUES = (str(QueueName.WEBHOOK_STRIPE), str(QueueName.STRIPE_SYNC))
+"""What the Stripe backlog's workers serve: the Stripe events' queue and the syncs'."""
 _ENDED = frozenset({"canceled", "incomplete_expired"})
 _CHECKED = ("subscription_id", "subscription_status", "seat_quantity", "cancel_at_period_end", "member_limit")
 
@@ -90,10 +94,7 @@ class Drained:
 async def stripe_backlog(run: Run) -> None:
     mode = run.mode
     with BacklogStripeStub() as stub:
-        main = await _backlog(run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, coalesce=True)
-        reference = await _backlog(
-            run, stub, mode.stripe_reference_events, mode.stripe_reference_customers, coalesce=False
-        )
+        main = await _backlog(run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers)
     run.results.update(
         stripe_backlog_429=main.rate_limited,
         stripe_backlog_reads_per_customer=main.calls_per_customer,
@@ -105,36 +106,31 @@ async def stripe_backlog(run: Run) -> None:
         stripe_backlog_peak_rps=main.peak_per_second,
         stripe_backlog_mismatched=main.mismatched,
         stripe_backlog_worker_cpu_ms=main.worker_cpu_seconds / main.events * 1000,
-        stripe_reference_429=reference.rate_limited,
-        stripe_reference_reads_per_customer=reference.calls_per_customer,
-        stripe_reference_drain_ratio=reference.drain_ratio,
-        stripe_reference_seconds=reference.seconds,
-        stripe_reference_events=reference.events,
-        stripe_reference_customers=reference.customers,
-        stripe_reference_mismatched=reference.mismatched,
     )
 
 
-async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, *, coalesce: bool) -> Drained:
-    """Seed, start two workers, release, time until the queue is empty, check; leaves no worker running."""
-    label = "coalesced" if coalesce else "reference (no coalescing)"
+def stub_env(stub: StripeStub) -> dict[str, str]:
+    """The workers' settings: the stub as Stripe, the budget of 20 calls a second."""
+    return {"STRIPE_API_BASE": stub.base_url, "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND)}
+
+
+async def _backlog(run: Run, stub: StripeStub, events: int, customers: int) -> Drained:
+    """Seed, start two workers, queue the backlog due at one instant, time from it until both queues are empty,
+    check; leaves no worker running."""
     await run.stop_workers()  # an earlier phase's worker reads no Stripe stub: it must not take these events
     await run.reset_inbox()
     stub.reset()
     stub.enforce_rate_limit(STUB_LIMIT_PER_SECOND)
-    expected = await _seed(run, stub, events, customers, seed=events + customers)
-    env = {
-        "STRIPE_API_BASE": stub.base_url,
-        "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND),
-        "BILLING_COALESCE_READS": "true" if coalesce else "false",
-    }
-    managed = await run.start_workers(WORKERS, env)
+    expected, rows = await _seed(run, stub, events, customers, seed=events + customers)
+    managed = await run.start_workers(WORKERS, stub_env(stub), queues=STRIPE_QUEUES)
     workers = [psutil.Process(worker.process.pid) for worker in managed]
-    profile = profiler(run, f"worker-stripe-{'coalesced' if coalesce else 'reference'}", managed[0], None)
+    due = due_in(len(rows))
+    await queue_events_due(run, rows, due)
+    await until_due(due, ahead=0.1)
+    profile = profiler(run, "worker-stripe-backlog", managed[0], None)
     cpu_before = _cpu_seconds(workers)
-    started = await release(run)
-    calls_wanted = customers if coalesce else events
-    ended = await run.wait_queue_empty(max(60.0, 3 * calls_wanted / BUDGET_PER_SECOND))
+    started = await until_due(due)
+    ended = await run.wait_queue_empty(max(60.0, 3 * customers / BUDGET_PER_SECOND), STRIPE_QUEUES)
     if profile:
         profile.cancel()
     cpu = _cpu_seconds(workers) - cpu_before
@@ -146,52 +142,57 @@ async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, *, c
     # Where the drain time went: the calls' span against the drain's (a tail after the last call is the worker's
     # own work on events that needed no call).
     last_call = max(times) - started if times else 0.0
-    await _check(run, expected, drained, label)
+    await _check(run, expected, drained, "stripe backlog")
     run.log(
-        f"  stripe backlog {label}: {events} events of {customers} customers in {drained.seconds:.1f} s; "
+        f"  stripe backlog: {events} events of {customers} customers in {drained.seconds:.1f} s; "
         f"{drained.calls} Stripe calls ({drained.calls_per_customer:.2f} per customer, peak "
         f"{drained.peak_per_second}/s), {drained.rate_limited} answered 429; drain / (calls / "
-        f"{BUDGET_PER_SECOND} per s) = {drained.drain_ratio:.2f}; last call {last_call:.1f} s after the release; "
-        f"worker CPU {cpu / events * 1000:.1f} ms per event"
+        f"{BUDGET_PER_SECOND} per s) = {drained.drain_ratio:.2f}; last call {last_call:.1f} s after the instant "
+        f"they were due; worker CPU {cpu / events * 1000:.1f} ms per event"
     )
     await run.reset_inbox()
     return drained
 
 
-async def _seed(run: Run, stub: StripeStub, events: int, customers: int, *, seed: int) -> dict[str, dict[str, Any]]:
-    """Workspaces, the stub's customers and subscriptions, the inbox rows and their held-back jobs.
+async def _seed(
+    run: Run, stub: StripeStub, events: int, customers: int, *, seed: int
+) -> tuple[dict[str, dict[str, Any]], list[Stored]]:
+    """Workspaces, the stub's customers and subscriptions, and the inbox rows (not queued yet).
 
-    Returns each customer's expected billing columns: the stub's state, which every
-    event of the backlog asks to be read (event bodies are never trusted).
+    Returns each customer's expected billing columns (the stub's state, which every
+    event of the backlog asks to be read: event bodies are never trusted) and the rows.
     """
     rng = random.Random(seed)
     expected: dict[str, dict[str, Any]] = {}
-    records = []
+    bodies = []
     for n in range(customers):
         customer = f"cus_bench{n:06d}"
         seats = 1 + rng.randrange(9)
-        stub.put_customer(customer)
-        subscription = stub.put_subscription(customer, id=f"sub_bench{n:06d}", quantity=seats)
+        subscription = link_customer(stub, customer, seats)
         expected[customer] = dict(zip(_CHECKED, (subscription["id"], "active", seats, False, seats), strict=True))
         for _ in range(events // customers):
             # Bodies as Stripe sent them over time (older seat counts): only the customer id in them matters.
             body = stripe_event(
                 "customer.subscription.updated", stripe_subscription(customer, id=subscription["id"], quantity=1)
             )
-            records.append(("stripe", random_id("evt"), body["type"], json.dumps(body, separators=(",", ":"))))
-    rng.shuffle(records)  # a backlog accumulates events of every customer, interleaved
-    async with run.pool.acquire() as connection:
-        await connection.executemany(
-            "INSERT INTO workspace (stripe_customer_id, member_limit, name) VALUES ($1, 3, $1)",
-            [(customer,) for customer in expected],
-        )
-        await connection.copy_records_to_table(
-            "webhook_event", records=records, columns=["provider", "event_id", "type", "payload"]
-        )
-        rows = await connection.fetch("SELECT id FROM webhook_event ORDER BY id")
-    data = [ProcessWebhookEventData(event_row_id=row["id"]) for row in rows]
-    await enqueue_held_back(run, ProcessWebhookEventJob, data, lambda item: deduplication_id(item.event_row_id))
-    return expected
+            bodies.append((body["id"], body))
+    rng.shuffle(bodies)  # a backlog accumulates events of every customer, interleaved
+    await add_workspaces(run, list(expected))
+    return expected, await store_events(run, "stripe", bodies)
+
+
+def link_customer(stub: StripeStub, customer: str, seats: int) -> dict[str, Any]:
+    """A customer in the stub with an active subscription of ``seats`` seats; returns the subscription."""
+    stub.put_customer(customer)
+    return stub.put_subscription(customer, id=f"sub_{customer.removeprefix('cus_')}", quantity=seats)
+
+
+async def add_workspaces(run: Run, customers: list[str]) -> None:
+    """One workspace linked to each customer (a member limit of 3, the free plan's)."""
+    await run.pool.executemany(
+        "INSERT INTO workspace (stripe_customer_id, member_limit, name) VALUES ($1, 3, $1)",
+        [(customer,) for customer in customers],
+    )
 
 
 async def _check(run: Run, expected: dict[str, dict[str, Any]], drained: Drained, label: str) -> None:
@@ -209,13 +210,13 @@ async def _check(run: Run, expected: dict[str, dict[str, Any]], drained: Drained
     wrong = [customer for customer, want in expected.items() if stored.get(customer) != want]
     drained.mismatched = len(wrong)
     if drained.processed != drained.events:
-        run.notes.append(f"stripe backlog {label}: {drained.processed} of {drained.events} events processed")
+        run.notes.append(f"{label}: {drained.processed} of {drained.events} events processed")
     if drained.retried:
-        run.notes.append(f"stripe backlog {label}: {drained.retried} events needed more than one attempt")
+        run.notes.append(f"{label}: {drained.retried} events needed more than one attempt")
     if wrong:
         example = wrong[0]
         run.notes.append(
-            f"stripe backlog {label}: {len(wrong)} workspaces differ from the Stripe stub, e.g. {example}: "
+            f"{label}: {len(wrong)} workspaces differ from the Stripe stub, e.g. {example}: "
             f"{stored.get(example)} instead of {expected[example]}"
         )
 

@@ -99,10 +99,17 @@ class Processes:
         return base_url, managed
 
     def start_worker(
-        self, name: str, env: Mapping[str, str], extra: list[str], launcher: Sequence[str] = ()
+        self,
+        name: str,
+        env: Mapping[str, str],
+        extra: list[str],
+        launcher: Sequence[str] = (),
+        queues: Sequence[str] | None = None,
     ) -> Managed:
+        """``queues``: the ones it serves (``--queues``); None: every queue of the modules it loads."""
         run_worker = [*launcher, "app.testing.worker"] if launcher else ["-m", "app.testing.worker"]
-        command = [sys.executable, *run_worker, "--queues", "webhook-queue", *extra]
+        served = ["--queues", ",".join(queues)] if queues else []
+        command = [sys.executable, *run_worker, *served, *extra]
         return self.start("worker", name, command, env)
 
     def _wait_listening(self, managed: Managed, base_url: str, timeout: float = 60.0) -> None:

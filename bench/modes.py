@@ -1,0 +1,80 @@
+"""The sizes of a run: `--smoke` (seconds), quick (the default), `--full`; `--set FIELD=VALUE` overrides one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    intake_seconds: float
+    intake_warmup_seconds: float
+    intake_rounds: int
+    pipeline_seconds: float
+    pipeline_warmup_seconds: float
+    drain_events: int
+    crons_processed: int
+    crons_pending: int
+    pipeline_rate: float = 200.0
+    connections: int = 64
+    reference_drains_2w: bool = True  # the no-op and UPDATE jobs by two workers too (for the record)
+    # stripe_backlog: the backlog's events and the customers they are about
+    stripe_backlog_events: int = 2_000
+    stripe_backlog_customers: int = 200
+    # isolation: a Clerk flood, and Stripe events of other customers delivered at this rate while it drains
+    isolation_flood: int = 5_000
+    isolation_probe_rate: float = 5.0
+    # fairness: a flood of one Clerk organization, and events of other organizations at this rate meanwhile
+    fairness_flood: int = 5_000
+    fairness_orgs: int = 50
+    fairness_probe_rate: float = 10.0
+    # adapter: jobs queued per way of queueing, the batch size (the recovery cron's page), rounds (medians)
+    adapter_jobs: int = 2_000
+    adapter_batch: int = 500
+    adapter_rounds: int = 3
+    # metrics_cost: intake rounds of each kind, and the order of its drains (a slow moment hits both kinds alike)
+    metrics_intake_rounds: int = 3
+    metrics_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
+
+
+MODES = {
+    "smoke": Mode(
+        "smoke",
+        1.0,
+        0.0,
+        1,
+        1.5,
+        0.5,
+        200,
+        5_000,
+        100,
+        reference_drains_2w=False,
+        stripe_backlog_events=200,
+        stripe_backlog_customers=20,
+        isolation_flood=200,
+        fairness_flood=200,
+        fairness_orgs=10,
+        adapter_jobs=200,
+        adapter_batch=50,
+        adapter_rounds=1,
+        metrics_intake_rounds=1,
+        metrics_drains=("on", "off"),
+    ),
+    "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
+    "full": Mode(
+        "full",
+        15.0,
+        3.0,
+        3,
+        60.0,
+        3.0,
+        20_000,
+        1_000_000,
+        1_000,
+        stripe_backlog_events=10_000,
+        stripe_backlog_customers=1_000,
+        isolation_flood=20_000,
+        fairness_flood=20_000,
+    ),
+}
