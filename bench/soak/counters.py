@@ -1,14 +1,15 @@
-"""Test-only: counts each webhook handler's commit, loaded into the soak's workers with
-``python -m app.worker --module bench.soak.counters:MODULE``.
+"""Test-only: counts each application of an event, loaded into the soak's workers with
+``python -m app.testing.worker --module bench.soak.counters:MODULE``.
 
-Importing it wraps the Stripe and Clerk handlers of the billing and identity
-modules (the ones ``app/worker/modules.py`` lists) so that each run of a
-handler also inserts one row into ``soak_handler_commit``, in the handler's
-own transaction: the row commits exactly when the handler's writes and the
-event's ``processed_at`` commit, and rolls back with them. An event whose
-effect was applied twice therefore has two rows. The table has no unique
-constraint on purpose: one would turn a second application into a failed,
-retried attempt and hide it.
+Importing it wraps identity's Clerk handler so that each run of it also
+inserts one row into ``soak_handler_commit``, in the handler's own
+transaction: the row commits exactly when the handler's writes and the
+event's ``processed_at`` commit, and rolls back with them. A Stripe event is
+applied by the sync that covers it, which marks it processed in the
+transaction that writes what it read: a trigger (``TABLE_DDL``) inserts its
+row when that sets ``processed_at``. An event whose effect was applied twice
+therefore has two rows. The table has no unique constraint on purpose: one
+would turn a second application into a failed, retried attempt and hide it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.billing import module as billing
 from app.core.module import FeatureModule
 from app.identity import module as identity
 from app.webhooks.handlers import WebhookContext, WebhookHandler
@@ -31,7 +31,17 @@ CREATE TABLE IF NOT EXISTS soak_handler_commit (
     row_id bigint NOT NULL,
     worker_pid integer NOT NULL,
     committed_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
+);
+CREATE OR REPLACE FUNCTION soak_count_sync() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO soak_handler_commit (provider, event_id, row_id, worker_pid)
+    VALUES (NEW.provider, NEW.event_id, NEW.id, pg_backend_pid());
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS soak_count_sync ON webhook_event;
+CREATE TRIGGER soak_count_sync AFTER UPDATE OF processed_at ON webhook_event
+    FOR EACH ROW WHEN (OLD.processed_at IS NULL AND NEW.processed_at IS NOT NULL AND NEW.provider = 'stripe')
+    EXECUTE FUNCTION soak_count_sync();
 """
 _RECORD = text(
     "INSERT INTO soak_handler_commit (provider, event_id, row_id, worker_pid) VALUES (:provider, :event_id, :row, :pid)"
@@ -50,11 +60,10 @@ def counting(handler: WebhookHandler) -> WebhookHandler:
 
 
 def _install() -> None:
-    for module in (billing.MODULE, identity.MODULE):
-        handlers: Any = module.webhook_handlers
-        for provider, handler in list(handlers.items()):
-            if not hasattr(handler, "__wrapped__"):
-                handlers[provider] = counting(handler)
+    handlers: Any = identity.MODULE.webhook_handlers
+    for provider, handler in list(handlers.items()):
+        if not hasattr(handler, "__wrapped__"):
+            handlers[provider] = counting(handler)
 
 
 _install()

@@ -10,9 +10,12 @@ from typing import Any
 
 import asyncpg
 import pytest
+from litestar.testing import AsyncTestClient
 
+from app.asgi import build_app
 from app.core.db import driver_connection
 from app.core.resources import Resources
+from app.core.settings import Settings
 from app.testing.deliveries import (
     clerk_event,
     signed_clerk_delivery,
@@ -298,3 +301,23 @@ async def test_an_escaped_backslash_before_u0000_is_stored_as_sent(
     assert response.status_code == 200
     (row,) = await inbox_rows(resources)
     assert row.payload == json.loads(delivery.body)
+
+
+async def test_the_events_tenant_and_subject_are_stored_with_it(
+    settings: Settings, resources: Resources, webhook_secrets: dict[str, str]
+) -> None:
+    """Decided at intake from the verified body by the module that handles it: billing for Stripe (the customer,
+    and the subject its sync reads), identity for Clerk (the organization of a membership)."""
+    async with AsyncTestClient(build_app(settings)) as client:  # the API's own modules
+        await _post_both(client, webhook_secrets, membership := clerk_event("organizationMembership.created"))
+    stripe_row, clerk_row = await inbox_rows(resources)
+    assert (stripe_row.tenant_key, stripe_row.sync_subject) == ("cus_intake", "customer:cus_intake")
+    organization = membership["data"]["organization"]["id"]
+    assert (clerk_row.tenant_key, clerk_row.sync_subject) == (f"org:{organization}", None)
+
+
+async def _post_both(client: Any, webhook_secrets: dict[str, str], membership: dict[str, Any]) -> None:
+    stripe_delivery = signed_stripe_delivery(subscription_event(), webhook_secrets["stripe"])
+    clerk_delivery = signed_clerk_delivery(membership, webhook_secrets["clerk"])
+    for path, delivery in (("/webhooks/stripe", stripe_delivery), ("/webhooks/clerk", clerk_delivery)):
+        assert (await client.post(path, content=delivery.body, headers=delivery.headers)).status_code == 200
