@@ -56,6 +56,14 @@ SELECT generation, calls, false FROM billing_sync
 WHERE subject = $1 AND pending AND due_at < clock_timestamp() - make_interval(secs => $3)
   AND NOT EXISTS (SELECT 1 FROM wanted)
 """
+# An operator asks for a read now: a new generation whatever is pending (the pending one, waiting out a
+# backoff, finds itself superseded) or in flight.
+_WANT_SYNC_NOW = """
+INSERT INTO billing_sync (subject, generation, pending, calls, due_at) VALUES ($1, 1, true, $2, clock_timestamp())
+ON CONFLICT (subject) DO UPDATE SET generation = billing_sync.generation + 1, pending = true,
+    due_at = clock_timestamp()
+RETURNING generation, calls, true AS new
+"""
 _DUE = (
     "UPDATE billing_sync SET due_at = clock_timestamp() + make_interval(secs => $3) "
     "WHERE subject = $1 AND generation = $2"
@@ -122,6 +130,11 @@ class BillingRepository:
         async with driver_connection(self.db) as connection:
             row = await connection.fetchrow(_WANT_SYNC, subject, received_at, stale_after, calls)
         return WantedSync(row["generation"], row["new"], row["calls"]) if row is not None else None
+
+    async def want_sync_now(self, subject: str, calls: int) -> WantedSync:
+        async with driver_connection(self.db) as connection:
+            row = await connection.fetchrow(_WANT_SYNC_NOW, subject, calls)
+        return WantedSync(row["generation"], row["new"], row["calls"])
 
     async def sync_due(self, subject: str, generation: int, in_seconds: float) -> None:
         """When the new generation's job is due (its turn): a pending sync long past it has lost its job."""

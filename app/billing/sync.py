@@ -40,7 +40,7 @@ import msgspec
 
 from app.billing.budget import TURN_EARLY_SECONDS, BudgetShortfall, Turn
 from app.billing.mirrors import MirrorService
-from app.billing.repository import BillingRepository
+from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync
 from app.billing.stripe_gateway import stripe_budget, stripe_gateway
 from app.core.resources import Resources
@@ -91,11 +91,19 @@ class StripeSyncJob(Job[StripeSyncData]):
         await run_sync(self.resources, data)
 
 
-async def request_sync(resources: Resources, subject: str, received_at: datetime, request_id: str | None) -> None:
-    """An event that arrived at ``received_at`` asks for a sync of ``subject`` (``SyncedEvents.sync``)."""
+async def request_sync(
+    resources: Resources, subject: str, received_at: datetime, request_id: str | None, *, now: bool = False
+) -> None:
+    """An event that arrived at ``received_at`` asks for a sync of ``subject`` (``SyncedEvents.sync``).
+
+    ``now``: an operator's retry: a new generation at the next turn, superseding one waiting out its backoff.
+    """
     repo = BillingRepository(resources.db)
     calls = CALLS.get(subject.partition(":")[0], 1)
-    wanted = await repo.want_sync(subject, received_at, stale_after(resources), calls)
+    if now:
+        wanted: WantedSync | None = await repo.want_sync_now(subject, calls)
+    else:
+        wanted = await repo.want_sync(subject, received_at, stale_after(resources), calls)
     if wanted is None:
         return  # a pending sync covers it, or one whose read began after the event arrived
     delay = None

@@ -139,10 +139,13 @@ class EventRoutes:
 
 
 class SyncRequest(Protocol):
-    """Ask for a sync of ``subject`` that begins after ``received_at`` (the module that owns it decides how)."""
+    """Ask for a sync of ``subject`` that begins after ``received_at`` (the module that owns it decides how).
+
+    ``now``: an operator asks (a retry): a new read as soon as the budget allows, whatever waits already.
+    """
 
     async def __call__(
-        self, resources: Resources, subject: str, received_at: datetime, request_id: str | None
+        self, resources: Resources, subject: str, received_at: datetime, request_id: str | None, *, now: bool = False
     ) -> None: ...
 
 

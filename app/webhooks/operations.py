@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.core.commands import plural
 from app.core.resources import Resources
+from app.webhooks.handlers import SyncedEvents, find_handler
 from app.webhooks.inbox import EventRecord, Inbox
 from app.webhooks.jobs import ProcessWebhookEventData, deduplication_id, processing_job, queue_processing
 from app.webhooks.maintenance import reopen_abandoned
@@ -43,6 +44,10 @@ async def retry(resources: Resources, identifier: str, provider: str | None = No
     if event.abandoned_at is not None:
         await reopen_abandoned(resources, event.id)
         return Outcome(event, f"Reopened and queued {name}.")
+    handling = find_handler(resources.modules, event.provider)
+    if isinstance(handling, SyncedEvents) and event.sync_subject:  # its subject read now, not after a backoff
+        await handling.sync(resources, event.sync_subject, event.received_at, event.request_id, now=True)
+        return Outcome(event, f"Queued {name}: {event.sync_subject} is read again at the next turn.")
     if await _queue(resources, event):
         return Outcome(event, f"Queued {name}.")
     job_cls = processing_job(event.provider)

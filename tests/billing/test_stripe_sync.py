@@ -10,12 +10,13 @@ import pytest
 
 from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, TurnLater
 from app.billing.stripe_gateway import stripe_budget
-from app.billing.sync import SyncComesBack
+from app.billing.sync import StripeSyncData, SyncComesBack, run_sync
 from app.core.resources import Resources
 from app.identity.models import Workspace
 from app.queue.errors import RetryLater
 from app.testing import process_delivery, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
+from app.webhooks import operations
 from app.webhooks.inbox import Inbox
 from tests.billing.conftest import (
     OpenResources,
@@ -235,3 +236,22 @@ async def test_stripe_timeout_is_retried(
     assert await comes_back(worker, "customer:cus_linked") is None
 
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 5
+
+
+async def test_an_operators_retry_reads_now_and_the_sync_waiting_out_its_backoff_finds_itself_superseded(
+    worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
+) -> None:
+    stripe_stub.put_subscription("cus_linked", quantity=7)
+    stripe_stub.fail("/v1/customers", status=500, times=1)
+    row_id = await store(worker, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
+    assert isinstance(await event_try(worker, row_id), SyncComesBack)  # waits out its backoff now
+
+    outcome = await operations.retry(worker, str(row_id))  # the sync driver runs the new read inline
+
+    assert outcome.message.endswith(": customer:cus_linked is read again at the next turn.")
+    row = await Inbox(worker.db).get(row_id)
+    assert row is not None and row.processed_at is not None and row.attempts == 2
+    assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 7
+    superseded = StripeSyncData("customer:cus_linked", generation=1, calls=1)
+    await run_sync(worker, superseded)  # the first generation's job, back after its backoff: nothing to do
+    assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"] * 2

@@ -136,18 +136,11 @@ async def test_an_event_queued_again_by_an_operator_or_the_recovery_cron_keeps_i
         await _failed_tries(worker, resources, event.id, 3)
         lines = _job_lines(worker, event.id)
 
-    told = [line["event"].split(" (")[0] for line in lines if line["event"].startswith(("Job ", "Sync of"))]
-    assert (
-        told
-        == [
-            "Job ProcessStripeEventJob started",
-            "Job ProcessStripeEventJob finished in",
-            "Job StripeSyncJob started",
-            "Sync of customer:cus_corr failed",
-            "Job StripeSyncJob finished in",
-        ]
-        * 3
-    )
+    told = [" ".join(line["event"].split()[:3]) for line in lines if line["event"].startswith(("Job ", "Sync of"))]
+    event_job = ["Job ProcessStripeEventJob started", "Job ProcessStripeEventJob finished"]
+    sync = ["Job StripeSyncJob started", "Sync of customer:cus_corr", "Job StripeSyncJob finished"]
+    # The delivery's job asks for the sync; the operator's Retry asks for it at once; the recovery cron's job asks.
+    assert told == [*event_job, *sync, *sync, *event_job, *sync]
     assert {line.get("request_id") for line in lines} == {REQUEST_ID}
     failures = sentry_stub.wait_for(lambda events: len(events) >= 3)
     assert [failure["tags"].get("request_id") for failure in failures] == [REQUEST_ID] * 3
