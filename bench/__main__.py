@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import os
 import platform
 import signal
@@ -23,9 +24,12 @@ from typing import Any
 
 from bench import (
     loadgen,
+    phase_adapter,
     phase_crons,
     phase_drain,
+    phase_fairness,
     phase_intake,
+    phase_isolation,
     phase_metrics_cost,
     phase_pipeline,
     phase_stripe_backlog,
@@ -39,7 +43,10 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "pipeline": phase_pipeline.pipeline,
     "drain": phase_drain.drain,
     "crons": phase_crons.crons,
+    "adapter": phase_adapter.adapter,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
+    "isolation": phase_isolation.isolation,
+    "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,
 }
 
@@ -97,6 +104,7 @@ def main() -> None:
         help="override a mode field, e.g. --set intake_rounds=3 --set drain_events=5000 (see MODES in harness.py)",
     )
     args = parser.parse_args()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a Stripe stub's logging set-up would log every request
     mode = MODES[args.mode or "quick"]
     overrides: dict[str, Any] = {}
     for item in args.set:

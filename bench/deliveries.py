@@ -160,6 +160,14 @@ def clerk_mix(count: int, tag: str, *, seed: int = 7) -> list[ClerkEvent]:
     return events
 
 
+def _post(path: str, headers: dict[str, str], body: bytes) -> bytes:
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{head}\r\n"
+    ).encode() + body
+
+
 def sign_clerk(secret: str, events: list[ClerkEvent]) -> list[tuple[str, bytes]]:
     """(svix id, HTTP/1.1 request bytes) of each event, signed now."""
     key, ts = _svix_key(secret), int(time.time())
@@ -168,16 +176,18 @@ def sign_clerk(secret: str, events: list[ClerkEvent]) -> list[tuple[str, bytes]]
         digest = base64.b64encode(
             hmac.new(key, f"{event.event_id}.{ts}.{event.body}".encode(), hashlib.sha256).digest()
         ).decode()
-        body = event.body.encode()
-        requests.append(
-            (
-                event.event_id,
-                (
-                    "POST /webhooks/clerk HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nsvix-id: {event.event_id}\r\nsvix-timestamp: {ts}\r\n"
-                    f"svix-signature: v1,{digest}\r\n\r\n"
-                ).encode()
-                + body,
-            )
-        )
+        headers = {"svix-id": event.event_id, "svix-timestamp": str(ts), "svix-signature": f"v1,{digest}"}
+        requests.append((event.event_id, _post("/webhooks/clerk", headers, event.body.encode())))
+    return requests
+
+
+def sign_stripe(secret: str, events: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """(event id, HTTP/1.1 request bytes) of each Stripe event, signed now."""
+    key, ts = secret.encode(), int(time.time())
+    requests = []
+    for event in events:
+        body = _encode(event)
+        digest = hmac.new(key, f"{ts}.{body}".encode(), hashlib.sha256).hexdigest()
+        headers = {"stripe-signature": f"t={ts},v1={digest}"}
+        requests.append((str(event["id"]), _post("/webhooks/stripe", headers, body.encode())))
     return requests

@@ -1,0 +1,282 @@
+"""The rows of the bench's table: each figure, its same-run reference and its target."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: Callable[[dict[str, Any]], str]
+    reference: Callable[[dict[str, Any]], str]
+    target: str
+    ok: Callable[[dict[str, Any]], bool | None]
+
+
+def _f(key: str, digits: int = 0, unit: str = "") -> Callable[[dict[str, Any]], str]:
+    def show(results: dict[str, Any]) -> str:
+        value = results.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "n/a"
+        return f"{value:,.{digits}f}{unit}"
+
+    return show
+
+
+def _text(text: str) -> Callable[[dict[str, Any]], str]:
+    return lambda _: text
+
+
+def _check(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool | None]:
+    def ok(results: dict[str, Any]) -> bool | None:
+        try:
+            return bool(predicate(results))
+        except (KeyError, TypeError):
+            return None
+
+    return ok
+
+
+def _ms_pair(phase: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: f"{_f(f'{phase}_probe_p50_ms', 0)(r)} / {_f(f'{phase}_probe_p99_ms', 0)(r)}"
+
+
+def _flood(phase: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: (
+        f"{_f(f'{phase}_flood_eps')(r)} events/s, alone {_f(f'{phase}_flood_alone_eps')(r)} "
+        f"({_f(f'{phase}_flood_events')(r)} events)"
+    )
+
+
+FLOOD_ROWS = (
+    Row(
+        "isolation: Stripe events' wait p50 / p99 (ms)",
+        _ms_pair("isolation"),
+        lambda r: (
+            f"{_f('isolation_probes')(r)} events at 5/s during a Clerk flood, max {_f('isolation_probe_max_ms')(r)}"
+        ),
+        "p99 < 1,000",
+        _check(lambda r: r["isolation_probe_p99_ms"] < 1000),
+    ),
+    Row(
+        "isolation: flood drain rate (with / alone)",
+        _f("isolation_flood_drain_ratio", 2),
+        _flood("isolation"),
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "fairness: other organizations' wait p50 / p99 (ms)",
+        _ms_pair("fairness"),
+        lambda r: (
+            f"{_f('fairness_probes')(r)} events of {_f('fairness_orgs')(r)} organizations at 10/s during one's "
+            f"flood, max {_f('fairness_probe_max_ms')(r)}"
+        ),
+        "p99 <= 1,000",
+        _check(lambda r: r["fairness_probe_p99_ms"] <= 1000),
+    ),
+    Row(
+        "fairness: flood events processed before each",
+        lambda r: (
+            f"{r['fairness_flood_before_share'] * 100:.2f}%"
+            if r.get("fairness_flood_before_share") is not None
+            else "n/a"
+        ),
+        lambda r: f"mean share of the flood; at most {_f('fairness_flood_before_max')(r)} events",
+        "<= 2%",
+        _check(lambda r: r["fairness_flood_before_share"] <= 0.02),
+    ),
+    Row(
+        "fairness: flood drain rate (with / alone)",
+        _f("fairness_flood_drain_ratio", 2),
+        _flood("fairness"),
+        ">= 0.9",
+        _check(lambda r: r["fairness_flood_drain_ratio"] >= 0.9),
+    ),
+)
+
+
+def _us(way: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: f"{_f(f'adapter_{way}_us', 1)(r)} / {_f(f'adapter_{way}_cpu_us', 1)(r)}"
+
+
+ADAPTER_ROWS = (
+    Row(
+        "arq adapter, one job a call (us per job: wall / CPU)",
+        _us("single"),
+        lambda r: (
+            f"arq's enqueue_job {_us('arq')(r)}; Redis CPU {_f('adapter_single_redis_us', 1)(r)} / "
+            f"{_f('adapter_arq_redis_us', 1)(r)}"
+        ),
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "arq adapter, batches (us per job: wall / CPU)",
+        _us("batch"),
+        lambda r: f"{_f('adapter_batch')(r)} jobs a call; Redis CPU {_f('adapter_batch_redis_us', 1)(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "arq adapter: fair placement's extra (us per job)",
+        lambda r: f"{_f('adapter_fair_extra_single_us', 1)(r)} / {_f('adapter_fair_extra_batch_us', 1)(r)}",
+        lambda r: (
+            f"one a call / batches; Redis CPU {_f('adapter_fair_single_redis_us', 1)(r)} / "
+            f"{_f('adapter_fair_batch_redis_us', 1)(r)} with it"
+        ),
+        "",
+        lambda r: None,
+    ),
+)
+
+
+ROWS = (
+    Row(
+        "intake, Stripe (req/s at 64 conns)",
+        _f("intake_rps"),
+        lambda r: f"ceiling {_f('ceiling_rps')(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "intake ratio (product / ceiling)",
+        _f("intake_ratio", 2),
+        _text(""),
+        ">= 0.80",
+        _check(lambda r: r["intake_ratio"] >= 0.8),
+    ),
+    Row(
+        "intake p50 / p99 (ms)",
+        lambda r: f"{_f('intake_p50_ms', 1)(r)} / {_f('intake_p99_ms', 1)(r)}",
+        lambda r: f"ceiling {_f('ceiling_p50_ms', 1)(r)} / {_f('ceiling_p99_ms', 1)(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "API CPU per request (us)",
+        _f("intake_cpu_us"),
+        lambda r: f"ceiling {_f('ceiling_cpu_us')(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row("intake, Clerk (req/s)", _f("intake_clerk_rps"), _text(""), "", lambda r: None),
+    Row(
+        "pipeline p50 (ms, 200 -> processed_at)",
+        _f("pipeline_p50_ms", 1),
+        lambda r: f"{_f('pipeline_events')(r)} Clerk events at 200/s",
+        "<= 50",
+        _check(lambda r: r["pipeline_p50_ms"] <= 50),
+    ),
+    Row(
+        "pipeline p99 (ms)",
+        _f("pipeline_p99_ms", 1),
+        lambda r: f"max {_f('pipeline_max_ms', 0)(r)}",
+        "<= 100",
+        _check(lambda r: r["pipeline_p99_ms"] <= 100),
+    ),
+    Row(
+        "drain, 1 worker (Clerk events/s)",
+        _f("drain_eps_1w"),
+        lambda r: f"update job {_f('update_eps')(r)}, no-op {_f('noop_eps')(r)}",
+        ">= 0.6 x update",
+        _check(lambda r: r["drain_eps_1w"] >= 0.6 * r["update_eps"]),
+    ),
+    Row(
+        "worker CPU per job (ms)",
+        _f("drain_cpu_ms_1w", 2),
+        lambda r: f"update job {_f('update_cpu_ms', 2)(r)}, no-op {_f('noop_cpu_ms', 2)(r)}",
+        "",
+        lambda r: None,
+    ),
+    Row(
+        "drain, 2 workers (Clerk events/s)",
+        _f("drain_eps_2w"),
+        lambda r: (
+            f"x{r['drain_eps_2w'] / r['drain_eps_1w']:.2f} (machine bound x{_f('drain_2w_machine_bound', 2)(r)}); "
+            f"update {_f('update_eps_2w')(r)}, no-op {_f('noop_eps_2w')(r)}"
+            if r.get("drain_eps_1w") and r.get("drain_eps_2w")
+            else ""
+        ),
+        ">= 1.6 x 1 worker",
+        _check(lambda r: r["drain_eps_2w"] >= 1.6 * r["drain_eps_1w"]),
+    ),
+    Row(
+        "recovery tick (ms)",
+        _f("recovery_tick_ms", 1),
+        lambda r: f"{_f('recovery_requeued')(r)} requeued; idle tick {_f('recovery_idle_tick_ms', 1)(r)} ms",
+        "<= 50",
+        _check(lambda r: r["recovery_tick_ms"] <= 50),
+    ),
+    Row(
+        "retention batch, max (ms)",
+        _f("retention_batch_ms_max", 0),
+        lambda r: f"p50 {_f('retention_batch_ms_p50', 0)(r)} ms, {_f('retention_batches')(r)} batches",
+        "<= 500",
+        _check(lambda r: r["retention_batch_ms_max"] <= 500),
+    ),
+    Row(
+        "Stripe backlog: 429s from Stripe",
+        _f("stripe_backlog_429"),
+        lambda r: f"budget 20/s, stub limit 25/s, stub's busiest second {_f('stripe_backlog_peak_rps')(r)}",
+        "0",
+        _check(lambda r: r["stripe_backlog_429"] == 0),
+    ),
+    Row(
+        "Stripe backlog: reads per customer",
+        _f("stripe_backlog_reads_per_customer", 2),
+        lambda r: f"{_f('stripe_backlog_events')(r)} events of {_f('stripe_backlog_customers')(r)} customers",
+        "<= 1.1",
+        _check(lambda r: r["stripe_backlog_reads_per_customer"] <= 1.1),
+    ),
+    Row(
+        "Stripe backlog: drain time / (reads / 20 per s)",
+        _f("stripe_backlog_drain_ratio", 2),
+        lambda r: f"{_f('stripe_backlog_reads')(r)} reads in {_f('stripe_backlog_seconds', 1)(r)} s",
+        "<= 1.25",
+        _check(lambda r: r["stripe_backlog_drain_ratio"] <= 1.25),
+    ),
+    Row(
+        "Stripe backlog: worker CPU per event (ms)",
+        _f("stripe_backlog_worker_cpu_ms", 2),
+        _text("two workers, every event of the backlog"),
+        "<= 3.0",
+        _check(lambda r: r["stripe_backlog_worker_cpu_ms"] <= 3.0),
+    ),
+    *FLOOD_ROWS,
+    *ADAPTER_ROWS,
+    Row(
+        "metrics: intake cost (1 - req/s with / without)",
+        lambda r: f"{r['metrics_intake_cost'] * 100:.1f}%" if r.get("metrics_intake_cost") is not None else "n/a",
+        lambda r: (
+            f"{_f('metrics_intake_rps_on')(r)} req/s with, {_f('metrics_intake_rps_off')(r)} without; "
+            f"CPU {_f('metrics_intake_cpu_us_on')(r)} / {_f('metrics_intake_cpu_us_off')(r)} us per request"
+        ),
+        "<= 5%",
+        _check(lambda r: r["metrics_intake_cost"] <= 0.05),
+    ),
+    Row(
+        "metrics: worker CPU per job cost",
+        lambda r: (
+            f"{r['metrics_worker_cpu_cost'] * 100:.1f}%" if r.get("metrics_worker_cpu_cost") is not None else "n/a"
+        ),
+        lambda r: (
+            f"{_f('metrics_worker_cpu_ms_on', 2)(r)} ms with, {_f('metrics_worker_cpu_ms_off', 2)(r)} ms without "
+            "(Clerk events, /metrics scraped every second)"
+        ),
+        "<= 5%",
+        _check(lambda r: r["metrics_worker_cpu_cost"] <= 0.05),
+    ),
+    Row("API peak RSS (MB)", _f("api_rss_mb", 0), _text(""), "<= 150", _check(lambda r: r["api_rss_mb"] <= 150)),
+    Row(
+        "worker peak RSS (MB)",
+        _f("worker_rss_mb", 0),
+        _text(""),
+        "<= 150",
+        _check(lambda r: r["worker_rss_mb"] <= 150),
+    ),
+)
