@@ -185,7 +185,7 @@ async def test_actions_say_what_they_did_and_are_logged_with_the_client(
     assert await ops.message() == f"Queued stripe event evt_ops_stripe_3 (row {known.failed_row})."
 
     waiting = (await read_state(resources, {})).waiting
-    assert waiting["cron-queue"] >= 1 and waiting["webhook-queue"] >= 1  # the tick, and the event's job
+    assert waiting["cron-queue"] >= 1 and waiting["webhook-stripe-queue"] >= 1  # the tick, and the event's job
     log = api_log(tmp_path)
     for line in (
         "Operations page: run cron WebhookRecoveryCronJob, asked by 127.0.0.1.",
@@ -258,7 +258,7 @@ async def test_without_javascript_an_operator_logs_in_filters_and_retries(
     await tab.submit("Retry")
 
     assert await tab.message() == f"Queued stripe event evt_ops_stripe_3 (row {known.failed_row})."
-    assert await resources.queue.state(deduplication_id(known.failed_row)) == "queued"
+    assert await resources.queue.state(deduplication_id(known.failed_row), "webhook-stripe-queue") == "queued"
     assert f"Operations page: retry webhook event row {known.failed_row}, asked by 127.0.0.1." in api_log(tmp_path)
     await tab.context.close()
 
@@ -267,8 +267,10 @@ async def test_the_overview_shows_the_jobs_waiting_per_queue_and_each_crons_last
     ops: OpsPage, resources: Resources
 ) -> None:
     known = await seed_known_events(resources)
-    for row_id in (known.failed_row, *known.set_aside_rows[:2]):
-        await queue_processing(resources.queue, row_id)
+    for provider, row_id in zip(
+        ("stripe", "stripe", "clerk"), (known.failed_row, *known.set_aside_rows[:2]), strict=True
+    ):
+        await queue_processing(resources.queue, provider, row_id)
     now = datetime.now(UTC)
     ok_slot, failed_slot = now.replace(second=0, microsecond=0) - timedelta(minutes=10), now - timedelta(hours=2)
     async with resources.db.session() as session:
@@ -292,7 +294,8 @@ async def test_the_overview_shows_the_jobs_waiting_per_queue_and_each_crons_last
     for row in await ops.page.locator("#queues tbody tr").all():
         queue = await row.locator('[data-label="Queue"]').inner_text()
         queues[queue] = await row.locator('[data-label="Jobs waiting"]').inner_text()
-    assert queues["webhook-queue"] == "3" and queues["cron-queue"] == "0"
+    assert queues["webhook-stripe-queue"] == "2" and queues["webhook-clerk-queue"] == "1"
+    assert queues["cron-queue"] == "0"
     crons = {}
     for row in await ops.page.locator("#crons tbody tr").all():
         cells = {
