@@ -24,18 +24,65 @@ def test_two_worker_row_shows_the_scaling_and_the_bound_one_worker_leaves() -> N
     assert cells[-1] == "MISS"
 
 
-def test_stripe_backlog_rows_show_their_targets_and_the_reference_without_coalescing() -> None:
+def test_stripe_backlog_rows_show_their_targets_and_the_workers_cpu_per_event() -> None:
     results = {
         "stripe_backlog_429": 0,
         "stripe_backlog_reads_per_customer": 1.0,
         "stripe_backlog_drain_ratio": 1.4,
-        "stripe_reference_reads_per_customer": 10.0,
-        "stripe_reference_events": 400,
-        "stripe_reference_customers": 40,
+        "stripe_backlog_events": 400,
+        "stripe_backlog_customers": 40,
+        "stripe_backlog_worker_cpu_ms": 3.2,
     }
     rendered = table(results, "header")
     assert _row(rendered, "Stripe backlog: 429s")[-2:] == ["0", "ok"]
     reads = _row(rendered, "Stripe backlog: reads per customer")
-    assert "no coalescing: 10.00 (400 events of 40)" in reads[2]
+    assert reads[2] == "400 events of 40 customers"
     assert reads[-2:] == ["<= 1.1", "ok"]
     assert _row(rendered, "Stripe backlog: drain time")[-2:] == ["<= 1.25", "MISS"]
+    assert _row(rendered, "Stripe backlog: worker CPU per event")[1:] == [
+        "3.20",
+        "two workers, every event of the backlog",
+        "<= 3.0",
+        "MISS",
+    ]
+    assert "coalescing" not in rendered
+
+
+def test_isolation_and_fairness_rows_hold_their_probes_to_their_targets() -> None:
+    results = {
+        "isolation_probe_p50_ms": 40.0,
+        "isolation_probe_p99_ms": 1000.0,
+        "isolation_flood_drain_ratio": 0.8,
+        "fairness_probe_p50_ms": 30.0,
+        "fairness_probe_p99_ms": 1000.0,
+        "fairness_flood_before_share": 0.0125,
+        "fairness_flood_before_max": 40,
+        "fairness_flood_drain_ratio": 0.89,
+    }
+    rendered = table(results, "header")
+    assert _row(rendered, "isolation: Stripe events' wait")[1] == "40 / 1,000"
+    assert _row(rendered, "isolation: Stripe events' wait")[-1] == "MISS"  # under 1 s, strictly
+    assert _row(rendered, "isolation: flood drain rate")[-1] == ""  # reported, no target
+    assert _row(rendered, "fairness: other organizations' wait")[-1] == "ok"  # at most 1 s
+    before = _row(rendered, "fairness: flood events processed before each")
+    assert before[1] == "1.25%" and before[-2:] == ["<= 2%", "ok"]
+    assert _row(rendered, "fairness: flood drain rate")[-2:] == [">= 0.9", "MISS"]
+
+
+def test_adapter_rows_set_the_adapter_next_to_arqs_own_call() -> None:
+    results = {
+        "adapter_arq_us": 300.0,
+        "adapter_arq_cpu_us": 150.0,
+        "adapter_single_us": 150.0,
+        "adapter_single_cpu_us": 80.0,
+        "adapter_batch_us": 20.0,
+        "adapter_batch_cpu_us": 8.0,
+        "adapter_batch": 500,
+        "adapter_fair_extra_single_us": 10.0,
+        "adapter_fair_extra_batch_us": 6.5,
+    }
+    rendered = table(results, "header")
+    single = _row(rendered, "arq adapter, one job a call")
+    assert single[1] == "150.0 / 80.0" and single[2].startswith("arq's enqueue_job 300.0 / 150.0")
+    assert _row(rendered, "arq adapter, batches")[2].startswith("500 jobs a call")
+    assert _row(rendered, "arq adapter: fair placement's extra")[1] == "10.0 / 6.5"
