@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from app.queue.queues import QueueName
 from bench.soak.clerk_state import ClerkControl
 from bench.soak.cluster import REDIS_NAMESPACE, Cluster
 from bench.soak.config import SoakConfig
@@ -18,7 +19,18 @@ from bench.soak.plan import Plan, expected_billing
 from bench.soak.runtime import Db
 from bench.soak.verify_clerk import ClerkCheck, clerk_rows
 
-DRAINED_QUEUES = ("webhook-queue", "billing-queue")
+# Every queue the soak's jobs use but the crons': each provider's events, the Stripe syncs (some waiting for their
+# turn or their retry), the member limits billing asks identity to apply; not the crons' (a tick is due every minute).
+DRAINED_QUEUES = tuple(
+    str(queue)
+    for queue in (
+        QueueName.WEBHOOK,
+        QueueName.WEBHOOK_STRIPE,
+        QueueName.WEBHOOK_CLERK,
+        QueueName.STRIPE_SYNC,
+        QueueName.BILLING,
+    )
+)
 
 
 class Verifier:
