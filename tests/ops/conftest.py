@@ -151,6 +151,7 @@ def event_row(provider: str, n: int, now: datetime | None = None, **fields: obje
         payload={"id": f"evt_ops_{provider}_{n}", "type": "test"},
         received_at=now - timedelta(minutes=30),
         attempts=0,
+        tenant_key=f"cus_ops_{n % 3}" if provider == "stripe" else f"org:org_ops_{n % 2}",
     )
     for name, value in fields.items():
         setattr(row, name, value)

@@ -251,7 +251,7 @@ async def test_without_javascript_an_operator_logs_in_filters_and_retries(
     await tab.page.select_option('select[name="state"]', "failed")
     await tab.page.fill('input[name="provider"]', "stripe")
     await tab.submit("Filter")
-    assert tab.page.url.endswith("/ops/events?provider=stripe&state=failed&type=&event_id=")
+    assert tab.page.url.endswith("/ops/events?provider=stripe&state=failed&type=&event_id=&tenant=")
     assert sorted(state for _, state in await listed_rows(tab)) == ["failed", "failed"]
     async with tab.page.expect_navigation():
         await tab.page.get_by_role("link", name=str(known.failed_row)).click()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from app.ops.views import EventFilters
 from app.runtime import WORKER_MODULES
 from app.testing.processes import child_env
 from app.webhooks.inbox import Inbox
-from tests.ops.conftest import event_row
+from tests.ops.conftest import OPS_PASSWORD, OpsClient, event_row
 from tests.ops.test_metrics import samples, value
 from tests.processes import ROOT
 
@@ -96,3 +97,23 @@ def test_webhooks_list_takes_a_tenant(settings_env: dict[str, str], seeded: Reso
     assert sorted(line.split()[2] for line in lines[1:-1]) == [f"evt_ops_stripe_{n}" for n in (1, 2, 3)]
     assert all(line.endswith("cus_a") for line in lines[1:-1])
     assert lines[-1] == "3 events."
+
+
+async def test_the_operations_page_shows_the_busiest_tenants_and_filters_events_by_tenant(
+    settings_env: dict[str, str], seeded: Resources
+) -> None:
+    settings = load_settings({**settings_env, "OPS_PASSWORD": OPS_PASSWORD})
+    async with AsyncTestClient(build_app(settings)) as client:
+        ops = OpsClient(client)
+        assert (await ops.log_in()).status_code in (200, 303)
+        overview = (await client.get("/ops")).text
+        events = (await client.get("/ops/events?provider=stripe&tenant=cus_a")).text
+        event = (await client.get("/ops/events/1")).text
+
+    tenants = overview.split('id="tenants"', 1)[1].split("</table>", 1)[0]
+    assert tenants.index("cus_a") < tenants.index("cus_b") < tenants.index("org:x")  # most unprocessed first
+    assert "/ops/events?provider=stripe&amp;tenant=cus_a" in tenants
+    rows = events.split('id="events"', 1)[1].split("</table>", 1)[0]
+    assert sorted(set(re.findall(r"evt_ops_stripe_\d", rows))) == [f"evt_ops_stripe_{n}" for n in (1, 2, 3)]
+    assert 'name="tenant" value="cus_a"' in events
+    assert '<dd id="tenant" class="id whole">cus_a</dd>' in event
