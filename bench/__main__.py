@@ -1,10 +1,9 @@
 """``make bench [BENCH_ARGS=--full]``: see bench/README.md.
 
-Quick mode (default) takes about three minutes, ``--full`` about ten (its
-stripe_backlog phase alone between three and four), ``--smoke`` (the smoke
-test's) well under a minute. The last line printed is one
-JSON object; ``--full`` also writes the table to ``bench/results/latest.md``.
-"""
+Quick mode (default) takes about ten minutes, ``--full`` about an hour (most of
+it the isolation and fairness floods of 20,000 events), ``--smoke`` (the smoke
+test's) a minute or two. The last line printed is one JSON object; ``--full``
+also writes the table to ``bench/results/latest.md``."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from bench import loadgen
 from bench.backlog import queue_now
 from bench.deliveries import ClerkEvent, sign_clerk
 from bench.inbox import store_events
-from bench.measures import percentile
+from bench.measures import percentile, profiler
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -84,13 +84,16 @@ async def drain_flood(
     run: Run, count: int, tag: str, probes: Requests = (), provider: str = "clerk", rate: float = 0.0
 ) -> tuple[Flood, Probed]:
     """Store the flood, queue it at once, deliver ``probes`` of ``provider`` at ``rate`` while it drains; wait
-    for both (the flood within ``count / 20`` s and a minute)."""
+    for both (the flood within ``count / 10`` s and a minute)."""
     events = [membership(FLOOD_ORG, n, tag) for n in range(count)]
     rows = await store_events(run, "clerk", events)
+    profile = profiler(run, f"worker-flood-{tag}", run.workers[0], None)  # --profile: py-spy of the worker
     queued_at = time.time()
     await queue_now(run, rows)
     sending = asyncio.create_task(_deliver(run, probes, rate)) if probes else None
-    flood = await _flood_drained(run, count, queued_at, within=60.0 + count / 20)
+    flood = await _flood_drained(run, count, queued_at, within=60.0 + count / 10)
+    if profile:
+        profile.cancel()
     probed = Probed()
     if sending is not None:
         probed = await _probed(run, provider, await sending, flood)

@@ -10,8 +10,17 @@
 3. drain (``bench/phase_drain.py``): backlogs drained by one and by two workers.
 4. crons (``bench/phase_crons.py``): one recovery tick and each retention batch
    timed on a large inbox.
-5. stripe_backlog (``bench/phase_stripe_backlog.py``): a Stripe backlog drained by
+5. adapter (``bench/phase_adapter.py``): the arq adapter against arq's own
+   ``enqueue_job``, one job a call and in batches.
+6. stripe_backlog (``bench/phase_stripe_backlog.py``): a Stripe backlog drained by
    two workers through the Stripe API budget, against a rate-limited Stripe stub.
+7. isolation and fairness (``bench/phase_isolation.py``, ``bench/phase_fairness.py``):
+   other tenants' events delivered while one organization's flood drains.
+8. metrics_cost (``bench/phase_metrics_cost.py``): the metrics' cost to the intake
+   and a worker.
+
+Backlogs become due at one instant through the product's queue (``bench/backlog.py``);
+workers serve the queues a phase names (``Run.start_workers``).
 """
 
 from __future__ import annotations

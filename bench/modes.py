@@ -23,10 +23,10 @@ class Mode:
     stripe_backlog_events: int = 2_000
     stripe_backlog_customers: int = 200
     # isolation: a Clerk flood, and Stripe events of other customers delivered at this rate while it drains
-    isolation_flood: int = 5_000
+    isolation_flood: int = 3_000
     isolation_probe_rate: float = 5.0
     # fairness: a flood of one Clerk organization, and events of other organizations at this rate meanwhile
-    fairness_flood: int = 5_000
+    fairness_flood: int = 3_000
     fairness_orgs: int = 50
     fairness_probe_rate: float = 10.0
     # adapter: jobs queued per way of queueing, the batch size (the recovery cron's page), rounds (medians)
