@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.core.redis import LuaScript
 from app.queue.errors import RetryLater
 
 logger = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ class StripeBudget:
         self._keys = [self.log_key, f"{namespace}stripe:budget:processes", f"{namespace}stripe:paused"]
         self._turn_prefix = f"{namespace}stripe:turn:"
         """Reserved turns, one key per subject (microseconds, by Redis' clock)."""
-        self._script = redis.register_script(_BUDGET_LUA)
+        self._script = LuaScript(redis, _BUDGET_LUA)
         self._process = secrets.token_hex(6)
         self._calls = itertools.count()
         self._processes_seen = 1

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.core.redis import LuaScript
+
 logger = logging.getLogger(__name__)
 
 WARNING_INTERVAL_SECONDS = 10.0
@@ -112,8 +114,8 @@ class SlidingWindowRateLimiter:
         self._timeout = timeout  # each hit as a whole; None leaves it to the client's socket timeouts
         self._key_prefix = f"{key_prefix}ratelimit:"
         self._args_head = (limit, window_seconds * 1_000_000)
-        self._script = redis.register_script(_SLIDING_LOG_LUA)
-        self._count = redis.register_script(_COUNT_LUA)
+        self._script = LuaScript(redis, _SLIDING_LOG_LUA)
+        self._count = LuaScript(redis, _COUNT_LUA)
         # Members must be unique per request even within one microsecond and
         # across processes: a random instance tag plus a local counter is
         # cheaper than a random token per hit and needs no second Redis key.

@@ -26,6 +26,7 @@ from arq.connections import ArqRedis
 from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 
+from app.core.redis import LuaScript
 from app.queue.encoded import EncodedJob, job_kwargs
 from app.queue.fairness import ANONYMOUS_TENANT, HORIZON_MS, PLACE_BY_TURN_LUA, turns_key
 from app.queue.serialization import serialize
@@ -91,7 +92,7 @@ class ArqEnqueuer:
     """Queues encoded jobs on their queues (``queue_key(job.queue)`` as Redis names it) in one script call."""
 
     def __init__(self, redis: ArqRedis, queue_key: Any) -> None:
-        self._script = redis.register_script(_ENQUEUE_LUA)
+        self._script = LuaScript(redis, _ENQUEUE_LUA)
         self._queue_key = queue_key
 
     async def enqueue(self, jobs: Sequence[EncodedJob], now_ms: int) -> list[bool]:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 
 from app.core.metrics import DELIVERIES, child
 from app.core.rate_limit import SlidingWindowRateLimiter
@@ -22,7 +23,7 @@ from app.webhooks.guards import VerifiedDelivery
 from app.webhooks.handlers import EventKeys, Payload
 from app.webhooks.inbox import Inbox, StoredEvent
 from app.webhooks.jobs import queue_processing
-from app.webhooks.payload import encode_for_inbox
+from app.webhooks.payload import encode_for_inbox, normalized_for_inbox
 from app.webhooks.providers.base import WebhookProvider
 from app.webhooks.refusals import Refusal, RefusalLog
 
@@ -95,6 +96,7 @@ class WebhookIntake:
                 request_id=current_request_id(),
                 tenant_key=keys.tenant,
                 sync_subject=keys.subject,
+                normalized=partial(normalized_for_inbox, event.payload),
             )
         except Exception as exc:
             logger.error("Could not store %s event %s: %s", name, event.event_id, exc, exc_info=exc)

@@ -1,14 +1,18 @@
 """The one JSON reading of an event body: intake parses it with these rules, and so does the worker.
 
 Whatever the intake stores, the worker can read, because both sides decode with
-:func:`decode_payload`, and the inbox stores :func:`encode_for_inbox` of what was
-decoded, never the raw bytes. That closes three ways a signed body could be
-stored and then never processed:
+:func:`decode_payload`, and the inbox stores only a body that passed it:
+:func:`encode_for_inbox` gives the body as received (Postgres parses exactly
+what the decoder accepted; re-encoding it cost a few percent of the intake's
+CPU), or re-encoded where Postgres could not hold it. That closes three ways a
+signed body could be stored and then never processed:
 
 - a number JSON allows but a decoder refuses (a 5,000-digit integer, ``1e400``):
   refused here, at intake, with a 400;
-- a number Postgres cannot store (``1e-20000`` overflows ``numeric``): stored
-  as the double it decodes to, so the insert cannot fail on every delivery;
+- a number Postgres cannot store (``1e-20000`` overflows ``numeric``): the
+  insert of the body as received fails, and it is stored as the decoder read
+  it (:func:`normalized_for_inbox`, the double it decodes to), so the insert
+  cannot fail on every delivery;
 - a NUL character (``\\u0000``), which ``jsonb`` cannot hold: replaced by U+FFFD.
 
 Nesting is limited to :data:`MAX_DEPTH` levels; deeper bodies are refused (a
@@ -76,13 +80,20 @@ def check_event_field(name: str, value: Any) -> str:
     return value
 
 
-def encode_for_inbox(payload: dict[str, Any], raw: bytes) -> tuple[str, bool]:
-    """The text the inbox stores, and whether NUL characters had to be replaced in it."""
+def encode_for_inbox(payload: dict[str, Any], raw: bytes = b"") -> tuple[str, bool]:
+    """The text the inbox stores (the body ``raw`` as received, if given), and whether NUL characters had to be
+    replaced in it (then it is re-encoded)."""
     if b"\\u0000" in raw:  # one scan of the body; the payload is walked only when it may hold a NUL
         cleaned = _without_nul(payload)
         if cleaned != payload:
             return _encoder.encode(cleaned).decode(), True
-    return _encoder.encode(payload).decode(), False
+        return normalized_for_inbox(payload), False
+    return (raw.decode() if raw else normalized_for_inbox(payload)), False
+
+
+def normalized_for_inbox(payload: dict[str, Any]) -> str:
+    """The payload as the decoder read it: for a body Postgres refused as received (a number beyond ``numeric``)."""
+    return _encoder.encode(payload).decode()
 
 
 def _without_nul(value: Any) -> Any:

@@ -9,12 +9,13 @@ that connection.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database, driver_connection
@@ -100,16 +101,25 @@ class Inbox:
         request_id: str | None = None,
         tenant_key: str | None = None,
         sync_subject: str | None = None,
+        normalized: Callable[[], str] | None = None,
     ) -> StoredEvent:
         """Insert the event once per (provider, event id), committed before this returns.
 
         ``request_id``: the delivery's (``X-Request-Id``), kept with the row so its processing logs the same id.
         ``tenant_key`` and ``sync_subject``: the event's keys (``EventKeys``), decided by its handling module.
+        ``normalized``: the payload re-encoded, stored instead when Postgres refuses ``payload`` as ``jsonb`` (a
+        number beyond ``numeric``'s range in a body stored as received).
         """
-        args = (provider, event_id, event_type, payload, request_id, tenant_key, sync_subject)
+        args = [provider, event_id, event_type, payload, request_id, tenant_key, sync_subject]
         async with driver_connection(self.db) as connection:
             for _ in range(2):
-                row = await connection.fetchrow(sql.STORE, *args)
+                try:
+                    row = await connection.fetchrow(sql.STORE, *args)
+                except asyncpg.DataError:
+                    if normalized is None:
+                        raise
+                    args[3], normalized = normalized(), None
+                    row = await connection.fetchrow(sql.STORE, *args)
                 if row is not None:
                     return StoredEvent(
                         row["id"], row["outcome"], row["processed"], row["request_id"], row["tenant_key"]
