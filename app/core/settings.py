@@ -86,6 +86,10 @@ class Settings:
     webhook_retry_limit: int = field(default=10, metadata=env("WEBHOOK_RETRY_LIMIT", kind.whole(0)))
     webhook_retry_base_seconds: float = field(default=5.0, metadata=env("WEBHOOK_RETRY_BASE_SECONDS", kind.number(0)))
     webhook_job_timeout_seconds: int = field(default=120, metadata=env("WEBHOOK_JOB_TIMEOUT_SECONDS", kind.whole(1)))
+    # Idle this long while it holds an event's lock, a processing attempt's session is ended by Postgres (and the lock).
+    webhook_lock_idle_timeout_seconds: int = field(
+        default=30, metadata=env("WEBHOOK_LOCK_IDLE_TIMEOUT_SECONDS", kind.whole(1))
+    )
     free_plan_member_limit: int = field(default=3, metadata=env("FREE_PLAN_MEMBER_LIMIT", kind.whole(0)))
     webhook_recovery_cron: str = field(default="*/10 * * * *", metadata=env("WEBHOOK_RECOVERY_CRON", _CRON))
     webhook_recovery_after_seconds: int = field(

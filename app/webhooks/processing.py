@@ -13,8 +13,8 @@ failure releases it with the error it records; and when the lock's state is
 unknown (the claim or the bookkeeping itself failed, or was cancelled) the
 connection is dropped, which releases it. While the lock is held the session
 carries idle timeouts, so a worker frozen or cut off mid-attempt loses its
-locks within ``IDLE_TIMEOUT`` (its host gone without closing the socket: TCP
-keepalives, see ``core/db``).
+locks within ``WEBHOOK_LOCK_IDLE_TIMEOUT_SECONDS`` (30 by default; its host gone
+without closing the socket: TCP keepalives, see ``core/db``).
 
 An attempt that raises ``PermanentError`` (or whose stored payload cannot be
 read) sets the event aside at once, with its one alert: retrying cannot help.
@@ -53,8 +53,6 @@ from app.webhooks.payload import PayloadError, decode_payload
 logger = logging.getLogger(__name__)
 
 _ERROR_MAX_CHARS = 4000
-IDLE_TIMEOUT = "30s"
-"""Idle (in or out of a transaction) this long while holding an event's lock, a session is ended by Postgres."""
 
 _CANCELLED = "Cancelled: the attempt hit its time limit or a shutdown"
 
@@ -78,7 +76,7 @@ async def process_event(resources: Resources, row_id: int, provider: str | None 
     async with resources.db.engine.connect() as connection:
         driver: Any = (await connection.get_raw_connection()).driver_connection
         try:
-            claim = await Inbox.claim(driver, row_id, IDLE_TIMEOUT)
+            claim = await Inbox.claim(driver, row_id, f"{resources.settings.webhook_lock_idle_timeout_seconds}s")
         except BaseException:
             await connection.invalidate()  # the lock may be held: only dropping the connection is sure to free it
             raise

@@ -1,5 +1,6 @@
 """A worker frozen mid-attempt (SIGSTOP: its sockets stay open, as with a host that vanished) loses its locks
-within 60 s; another worker then processes the event once, and the frozen one, resumed, applies nothing."""
+once its session has been idle for WEBHOOK_LOCK_IDLE_TIMEOUT_SECONDS (30 s by default, so within 60 s; 5 s here);
+another worker then processes the event once, and the frozen one, resumed, applies nothing."""
 
 from __future__ import annotations
 
@@ -19,9 +20,15 @@ from tests.processes import wait_for, worker_starter
 from tests.webhooks.worker_handlers import CREATE_TABLE, EMPTY_TABLE, PROVIDER, hold_key, holding_key
 
 pytestmark = pytest.mark.slow
+# The product's idle timeout, shortened: the test proves the same with 5 s as production does with 30.
+LOCK_IDLE_SECONDS = 5
 # The frozen worker's job runs again on another worker once arq's in-progress key expires (timeout + 12 s):
-# long enough that Postgres has ended the frozen session (30 s idle in its transaction) by then.
-ENV = {"WEBHOOK_JOB_TIMEOUT_SECONDS": "40", "WEBHOOK_RETRY_BASE_SECONDS": "0.1"}
+# long enough that Postgres has ended the frozen session (LOCK_IDLE_SECONDS idle in its transaction) by then.
+ENV = {
+    "WEBHOOK_LOCK_IDLE_TIMEOUT_SECONDS": str(LOCK_IDLE_SECONDS),
+    "WEBHOOK_JOB_TIMEOUT_SECONDS": str(LOCK_IDLE_SECONDS + 1),
+    "WEBHOOK_RETRY_BASE_SECONDS": "0.1",
+}
 
 
 @pytest.fixture
@@ -68,7 +75,7 @@ async def test_a_frozen_workers_locks_are_released_and_another_worker_processes_
     try:
         await resources.redis.delete(hold_key(namespace))
         await wait_for(lambda: _released(resources, stored.row_id), 60, "Postgres to end the frozen session")
-        assert time.monotonic() - frozen_at < 60
+        assert time.monotonic() - frozen_at < 2 * LOCK_IDLE_SECONDS
         await start_worker()
         await wait_for(lambda: processed_at(resources, stored.row_id), 60, "another worker to process the event")
         done_at = await processed_at(resources, stored.row_id)
