@@ -3,13 +3,17 @@
 Stripe events that Stripe lists but the API never received, and Clerk changes
 that only Clerk holds; then a worker is started with the backfill and both
 reconciliations every minute, as an operator repairing an outage would set
-them. Within two minutes every workspace and user is right, the missed Stripe
-events are in the inbox, processed, and one alert names them.
+them. After the first tick every workspace and user is right, the missed Stripe
+events are in the inbox, processed, and one alert names them. The worker's
+cron scheduler reads a clock the test moves (``--fake-clock-file``), so that
+tick comes when the test starts the next minute instead of up to a minute later.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,7 +48,11 @@ async def _state(resources: Resources) -> tuple[dict[str, int | None], set[str]]
 
 
 async def test_after_an_outage_the_crons_store_the_missed_stripe_events_and_reconcile_clerk(
-    settings_env: dict[str, str], stripe_stub: StripeStub, clerk_stub: ClerkStub, sentry_stub: SentryIngestStub
+    settings_env: dict[str, str],
+    stripe_stub: StripeStub,
+    clerk_stub: ClerkStub,
+    sentry_stub: SentryIngestStub,
+    tmp_path: Path,
 ) -> None:
     env = {
         **settings_env,
@@ -76,14 +84,19 @@ async def test_after_an_outage_the_crons_store_the_missed_stripe_events_and_reco
         clerk_stub.put_user("user_lost", email="lost@example.org")
         clerk_stub.put_membership("orgmem_lost", organization="org_lost", user="user_lost")
 
+        clock = tmp_path / "clock"
+        now = datetime.now(UTC)
+        clock.write_text(now.isoformat())
         async with worker_starter(env) as start:
-            await start()
+            await start("--fake-clock-file", str(clock), wait="Cron scheduler started")
+            # The next minute begins: the crons tick, as every minute (their first tick: none runs at the start).
+            clock.write_text((now.replace(second=0, microsecond=0) + timedelta(minutes=1, seconds=1)).isoformat())
 
             async def whole() -> bool:
                 seats, users = await _state(resources)
                 return seats == {"cus_lost_a": 7, "cus_lost_b": 4} and "user_lost" in users
 
-            await wait_for(whole, 150, "every workspace and user to be right")
+            await wait_for(whole, 60, "every workspace and user to be right")
             for event in missed:
                 await wait_for(
                     lambda event=event: _processed(resources, str(event["id"])), 60, f"{event['id']} processed"
