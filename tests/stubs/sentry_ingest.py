@@ -23,6 +23,8 @@ class SentryIngestStub:
         self.envelopes: list[bytes] = []
         self.check_ins: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # notified on each envelope: wait_for wakes at once
+        self._arrivals = 0
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,7 +42,8 @@ class SentryIngestStub:
                 return None
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # shutdown() waits for the server loop's next poll: 0.5 s by default, at the end of every test using it.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
 
     @property
     def dsn(self) -> str:
@@ -57,6 +60,8 @@ class SentryIngestStub:
     def _ingest(self, body: bytes) -> None:
         with self._lock:
             self.envelopes.append(body)
+            self._arrivals += 1
+            self._arrived.notify_all()
         position = body.find(b"\n") + 1  # skip the envelope header
         while 0 < position < len(body):
             end = body.find(b"\n", position)
@@ -72,6 +77,8 @@ class SentryIngestStub:
                 item = json.loads(payload)
                 with self._lock:
                     (self.events if kind == "event" else self.check_ins).append(item)
+                    self._arrivals += 1
+                    self._arrived.notify_all()
 
     def wait_for(
         self,
@@ -80,13 +87,17 @@ class SentryIngestStub:
         *,
         check_ins: bool = False,
     ) -> list[dict[str, Any]]:
+        """Until ``predicate`` holds for what arrived (each arrival wakes it), or ``timeout``: what arrived then."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                items = list(self.check_ins if check_ins else self.events)
-            if predicate(items) or time.monotonic() > deadline:
+                items, arrivals = list(self.check_ins if check_ins else self.events), self._arrivals
+            left = deadline - time.monotonic()
+            if predicate(items) or left <= 0:
                 return items
-            time.sleep(0.05)
+            with self._arrived:
+                if self._arrivals == arrivals:
+                    self._arrived.wait(left)
 
     def clear(self) -> None:
         with self._lock:
