@@ -8,6 +8,10 @@
   ``make system-deps`` installs: those using the ``browser`` fixture (Debian's chromium), those of a
   module that runs Prometheus or promtool (Debian's prometheus), and those marked ``container`` (a
   container engine). pytest reports them as deselected.
+- Quiet (``-q``) with xdist, its placeholder line ``bringing up nodes...`` is not printed: xdist writes
+  it, when the output is not a terminal, once as the workers start and again once they have collected
+  (at verbosity below 0 its status line has nothing else to say). pytest ``-q`` prints nothing before
+  the first result; neither does ``make test`` now.
 """
 
 from __future__ import annotations
@@ -62,6 +66,15 @@ def pytest_configure(config: pytest.Config) -> None:
             f"file or directory not found: {', '.join(missing)} (PYTEST_ARGS names tests by path, e.g. "
             "tests/webhooks or tests/webhooks/test_intake.py::test_name, relative to the project root)"
         )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before xdist's controller starts its workers (its own hook runs last)."""
+    config = session.config
+    status = config.pluginmanager.getplugin("terminaldistreporter")
+    if status is not None and config.get_verbosity() < 0 and hasattr(status, "ensure_show_status"):
+        status.ensure_show_status = lambda: None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
