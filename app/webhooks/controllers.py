@@ -40,7 +40,7 @@ def webhook_route(intake: WebhookIntake, guard: WebhookSignatureGuard, max_body_
         f"/webhooks/{provider.name}",
         name=f"webhook-{provider.name}",
         status_code=200,
-        guards=[guard],
+        before_request=guard,
         request_max_body_size=max_body_bytes,
         summary=f"Receive a signed {provider.name} webhook",
         description="Verified, rate-limited per client, stored once in the inbox and queued for processing.",

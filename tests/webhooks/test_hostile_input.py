@@ -329,5 +329,6 @@ def _guards(client: Any) -> list[guards.WebhookSignatureGuard]:
     found = []
     for route in client.app.routes:
         for handler in getattr(route, "route_handlers", ()):
-            found += [guard for guard in handler.guards or () if isinstance(guard, guards.WebhookSignatureGuard)]
+            guard = getattr(handler, "before_request", None)
+            found += [guard] if isinstance(guard, guards.WebhookSignatureGuard) else []
     return found
