@@ -6,9 +6,9 @@ switched-off provider (no route) answers 404 whatever the body
 Litestar copies the route handler on every request (4% of the intake's CPU).
 Then, in that page's order: the body is read within ``BODY_TIMEOUT_SECONDS``
 and ``WEBHOOK_MAX_BODY_BYTES`` (408, 413), and the provider's verifier checks
-the signature over the exact bytes and parses the body once (400). What passes is left on the request for the route handler;
-every refusal is logged (throttled) and none is an error of ours: no 5xx, no
-Sentry event.
+the signature over the exact bytes and parses the body once (400). What passes
+is left on the request for the route handler; every refusal is logged
+(throttled) and none is an error of ours: no 5xx, no Sentry event.
 """
 
 from __future__ import annotations
