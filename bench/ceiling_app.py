@@ -64,11 +64,12 @@ async def receive(provider: FromPath[str], request: Request, state: State) -> Re
     async with state.pool.acquire() as connection:
         row_id = await connection.fetchval(_INSERT, "stripe", event["id"], event["type"], body.decode())
     if row_id is not None:
-        await state.redis.enqueue_job(
-            "ProcessWebhookEventJob",
+        await state.redis.enqueue_job(  # what the product's job names: its dispatch function, the class, the data
+            "job",
+            "ProcessStripeEventJob",
             {"event_row_id": row_id},
             _job_id=f"{state.namespace}webhook-event:{row_id}",
-            _queue_name=f"{state.namespace}webhook-queue",
+            _queue_name=f"{state.namespace}webhook-stripe-queue",
         )
     return Response(RECEIVED, media_type="application/json")
 
