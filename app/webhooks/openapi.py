@@ -4,8 +4,9 @@ Documentation only: the route declares no body parameter, so Litestar neither
 parses nor validates the body; the signature guard reads it raw and verifies
 the exact bytes, then checks what a body schema below describes (400 when it
 does not hold). A schema-driven client or fuzzer learns from it why a signed
-``{}`` is answered 400. A provider with no body schema here is documented as a
-JSON object.
+``{}`` is answered 400. Each provider says what its body carries
+(``WebhookProvider.body_schema``, ``body_refused``); one that says nothing is
+documented as a JSON object.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIMediaType as MediaTypeObject
 from litestar.openapi.spec import OpenAPIType, Operation, Parameter, RequestBody, Schema
 
-from app.webhooks.payload import MAX_FIELD_CHARS
 from app.webhooks.providers.base import WebhookProvider
 
 
@@ -36,63 +36,7 @@ class ErrorAnswer:
     detail: str
 
 
-def _key(what: str) -> Schema:
-    """An event id or type: what the intake refuses (400) unless it is a non-empty string without NUL."""
-    return Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_FIELD_CHARS, description=what)
-
-
-_OBJECT = Schema(type=OpenAPIType.OBJECT)
-_STRIPE_EVENT = Schema(
-    type=OpenAPIType.OBJECT,
-    title="StripeEvent",
-    description="A Stripe event as Stripe sends it, stored as sent once its signature verifies.",
-    required=["id", "type"],
-    properties={
-        "id": _key("The event's id (evt_...): the inbox's key, so a redelivery is stored once."),
-        "type": _key("customer.subscription.updated, invoice.paid...: a type no module handles is answered 200."),
-        "object": Schema(type=OpenAPIType.STRING, const="event"),
-        "created": Schema(type=OpenAPIType.INTEGER, description="Unix time of the event."),
-        "data": Schema(
-            type=OpenAPIType.OBJECT,
-            description="``data.object``: what the event is about (its customer is read again from Stripe).",
-            properties={"object": _OBJECT},
-        ),
-    },
-    examples=[{"id": "evt_1", "object": "event", "type": "invoice.paid", "data": {"object": {"customer": "cus_1"}}}],
-)
-_CLERK_EVENT = Schema(
-    type=OpenAPIType.OBJECT,
-    title="ClerkEvent",
-    description="A Clerk event as Clerk sends it (through Svix); its id is the svix-id header.",
-    required=["type", "data"],
-    properties={
-        "type": _key("user.created, organization.updated, organizationMembership.deleted..."),
-        "data": Schema(
-            type=OpenAPIType.OBJECT,
-            description="The user, organization or membership as Clerk has it (for a deletion, its id).",
-        ),
-        "object": Schema(type=OpenAPIType.STRING, const="event"),
-        "timestamp": Schema(type=OpenAPIType.INTEGER, description="Unix milliseconds: a deletion's time."),
-    },
-    examples=[{"object": "event", "type": "user.deleted", "timestamp": 1750000000000, "data": {"id": "user_1"}}],
-)
-
-
-@dataclass(frozen=True)
-class _Body:
-    schema: Schema
-    refused: str
-    """What in a signed body is answered 400, for that answer's description."""
-
-
-_BODIES = {
-    "stripe": _Body(_STRIPE_EVENT, "a body that is not a JSON object with a non-empty string id and type"),
-    "clerk": _Body(_CLERK_EVENT, "a body that is not a JSON object with a non-empty string type"),
-}
-_ANY_BODY = _Body(
-    Schema(type=OpenAPIType.OBJECT, description="The event as the provider sends it (a JSON object)."),
-    "a body that is not a JSON object",
-)
+ANY_BODY = Schema(type=OpenAPIType.OBJECT, description="The event as the provider sends it (a JSON object).")
 
 
 def _error(description: str) -> ResponseSpec:
@@ -101,7 +45,7 @@ def _error(description: str) -> ResponseSpec:
 
 def responses(provider: WebhookProvider) -> dict[int, ResponseSpec]:
     """Every status the route can answer."""
-    refused = _BODIES.get(provider.name, _ANY_BODY).refused
+    refused = provider.body_refused
     return {
         200: ResponseSpec(data_container=Received, description="Received."),
         400: _error(f"Missing, wrong, garbled or stale signature, or {refused}: nothing stored."),
@@ -127,7 +71,7 @@ def operation_class(provider: WebhookProvider) -> type[Operation]:
     body = RequestBody(
         required=True,
         description="Verified against the exact bytes received (the signature headers), then checked as described.",
-        content={"application/json": MediaTypeObject(schema=_BODIES.get(provider.name, _ANY_BODY).schema)},
+        content={"application/json": MediaTypeObject(schema=provider.body_schema or ANY_BODY)},
     )
 
     @dataclass

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from litestar.openapi.spec import OpenAPIType, Schema
+
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.guards import WebhookSignatureGuard
+from app.webhooks.payload import MAX_FIELD_CHARS
 from app.webhooks.verification import (
     MAX_SIGNATURE_HEADER_BYTES,
     Headers,
@@ -28,15 +31,23 @@ from app.webhooks.verification import (
 __all__ = [
     "MAX_SIGNATURE_HEADER_BYTES",
     "Headers",
+    "OpenAPIType",
     "PayloadError",
+    "Schema",
     "SignatureError",
     "VerifiedEvent",
     "Verifier",
     "WebhookProvider",
     "WebhookSignatureGuard",
     "decode_payload",
+    "event_key_schema",
     "signature_header",
 ]
+
+
+def event_key_schema(what: str) -> Schema:
+    """An event id or type in a body schema: the intake refuses (400) anything but a non-empty string without NUL."""
+    return Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_FIELD_CHARS, description=what)
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,12 @@ class WebhookProvider:
 
     guard: type[WebhookSignatureGuard] = WebhookSignatureGuard
     """The route's signature guard, built from the verifier (a subclass names the provider in tracebacks)."""
+
+    body_schema: Schema | None = None
+    """What a valid delivery's body carries, for the OpenAPI document (None: any JSON object)."""
+
+    body_refused: str = "a body that is not a JSON object"
+    """What in a signed body is answered 400, for that answer's description in the OpenAPI document."""
 
     queue: QueueName = QueueName.WEBHOOK
     """The queue of its events' jobs: a provider of its own (``app/queue/queues.py``) never waits behind another's."""

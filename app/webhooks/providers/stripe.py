@@ -16,12 +16,15 @@ from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
     Headers,
+    OpenAPIType,
+    Schema,
     SignatureError,
     VerifiedEvent,
     Verifier,
     WebhookProvider,
     WebhookSignatureGuard,
     decode_payload,
+    event_key_schema,
     signature_header,
 )
 
@@ -82,7 +85,30 @@ class StripeWebhookSignatureGuard(WebhookSignatureGuard):
     """The guard of ``POST /webhooks/stripe``: checks ``Stripe-Signature`` against every configured secret."""
 
 
+BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    title="StripeEvent",
+    description="A Stripe event as Stripe sends it, stored as sent once its signature verifies.",
+    required=["id", "type"],
+    properties={
+        "id": event_key_schema("The event's id (evt_...): the inbox's key, so a redelivery is stored once."),
+        "type": event_key_schema(
+            "customer.subscription.updated, invoice.paid...: a type no module handles is answered 200."
+        ),
+        "object": Schema(type=OpenAPIType.STRING, const="event"),
+        "created": Schema(type=OpenAPIType.INTEGER, description="Unix time of the event."),
+        "data": Schema(
+            type=OpenAPIType.OBJECT,
+            description="``data.object``: what the event is about (its customer is read again from Stripe).",
+            properties={"object": Schema(type=OpenAPIType.OBJECT)},
+        ),
+    },
+    examples=[{"id": "evt_1", "object": "event", "type": "invoice.paid", "data": {"object": {"customer": "cus_1"}}}],
+)
+
 STRIPE = WebhookProvider(
+    body_schema=BODY,
+    body_refused="a body that is not a JSON object with a non-empty string id and type",
     name="stripe",
     guard=StripeWebhookSignatureGuard,
     build_verifier=_verifier,
