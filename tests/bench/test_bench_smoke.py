@@ -38,7 +38,7 @@ async def leftovers_of(database_url: str, redis_url: str, database: str, namespa
 
 def test_smoke_run_prints_every_figure_and_cleans_up(base_database_url: str, redis_url: str) -> None:
     command = [sys.executable, "-m", "bench", "--smoke", "--database-url", base_database_url, "--redis-url", redis_url]
-    done = subprocess.run(command, cwd=ROOT, env=child_env({}), capture_output=True, text=True, timeout=240)
+    done = subprocess.run(command, cwd=ROOT, env=child_env({}), capture_output=True, text=True, timeout=360)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     missing = [key for key in REQUIRED_KEYS if figures.get(key) is None]
