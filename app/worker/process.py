@@ -48,6 +48,7 @@ RECONNECT_MAX_DELAY_SECONDS = 5.0
 CANCELLED_JOBS_FINISH_SECONDS = 10.0
 LOOPS_STOP_SECONDS = 10.0
 STOP_AGAIN_EVERY_SECONDS = 0.5
+GRACE_ENDS_WARNING_SECONDS = 0.25
 
 
 @dataclass
@@ -147,13 +148,15 @@ class WorkerProcess:
         grace = self.settings.worker_shutdown_grace_seconds
         tell_again_at = loop.time() + grace + STOP_AGAIN_EVERY_SECONDS
         deadline = loop.time() + grace + CANCELLED_JOBS_FINISH_SECONDS
+        warn_at = loop.time() + max(grace - GRACE_ENDS_WARNING_SECONDS, 0.0)  # just before arq cancels them
         pending = {task for task in supervisors if not task.done()}
         warned = False
         while pending:
-            _, pending = await asyncio.wait(pending, timeout=STOP_AGAIN_EVERY_SECONDS)
-            if pending and not warned and loop.time() >= tell_again_at - STOP_AGAIN_EVERY_SECONDS:
+            wait = STOP_AGAIN_EVERY_SECONDS if warned else max(min(STOP_AGAIN_EVERY_SECONDS, warn_at - loop.time()), 0)
+            _, pending = await asyncio.wait(pending, timeout=wait)
+            if pending and not warned and loop.time() >= warn_at:
                 warned = True
-                self._warn_running_past_grace()
+                self._warn_running_as_grace_ends()
             if pending and loop.time() >= deadline:
                 logger.error("%d queue(s) did not stop in time; exiting anyway.", len(pending))
                 await _cancel_until_done(pending, within=LOOPS_STOP_SECONDS, cancel_first=True)
@@ -163,11 +166,11 @@ class WorkerProcess:
                     if served.worker.main_task is not None and not served.worker.main_task.done():
                         served.worker.handle_sig(signal.SIGTERM)
 
-    def _warn_running_past_grace(self) -> None:
+    def _warn_running_as_grace_ends(self) -> None:
         running = sum(not task.done() for served in self.live.values() for task in served.worker.tasks.values())
         if running:
             logger.warning(
-                "%d job(s) still running after the grace period: cancelled, they stay queued for another worker.",
+                "%d job(s) still running as the grace period ends: cancelled, they stay queued for another worker.",
                 running,
             )
 

@@ -73,7 +73,14 @@ def lines(title: str) -> list[str]:
 
 def test_the_guides_build_command_is_what_make_image_runs() -> None:
     ran = subprocess.run(
-        ["make", "-n", "image", "DOCKER=/usr/bin/docker", "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt"],
+        [
+            "make",
+            "--no-print-directory",
+            "-n",
+            "image",
+            "DOCKER=/usr/bin/docker",
+            "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,6 +8,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from app.core.resources import Resources
 from tests.queue.conftest import fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob, UnlistedJob
@@ -123,6 +125,7 @@ async def test_sigterm_lets_the_running_job_finish_then_exits_0(
     assert await resources.queue.state("after", "default-queue") == "queued"  # left for another worker
 
 
+@pytest.mark.slow(18)
 async def test_sigkill_mid_job_another_worker_runs_it_again(
     events_table: Resources, start_worker: Callable[..., Any]
 ) -> None:
@@ -156,4 +159,4 @@ async def test_a_job_still_running_after_the_grace_period_is_cancelled_and_stays
     assert await worker.wait_exit(10) == 0
     assert await _events(resources, "slow", "end") == []
     assert await resources.queue.state("slow", "default-queue") == "queued"  # another worker takes it at once
-    assert worker.has("1 job(s) still running after the grace period")
+    assert worker.has("1 job(s) still running as the grace period ends")
