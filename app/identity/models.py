@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Integer, String, text
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.core.db import Base
@@ -50,6 +50,31 @@ class AppUser(ClerkSyncedColumns, Base):
 
 class WorkspaceMember(ClerkSyncedColumns, Base):
     __tablename__ = "workspace_member"
+    __table_args__ = (
+        # Seats, by join time (the member limit's statement reads only what it may change): the active members,
+        # and among them those not suspended and those suspended.
+        Index(
+            "ix_workspace_member_seats",
+            "workspace_id",
+            "created_at",
+            "id",
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+        Index(
+            "ix_workspace_member_seated",
+            "workspace_id",
+            "created_at",
+            "id",
+            postgresql_where=text("deleted_at IS NULL AND suspended_at IS NULL"),
+        ),
+        Index(
+            "ix_workspace_member_suspended",
+            "workspace_id",
+            "created_at",
+            "id",
+            postgresql_where=text("deleted_at IS NULL AND suspended_at IS NOT NULL"),
+        ),
+    )
 
     clerk_membership_id: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
     workspace_id: Mapped[int] = mapped_column(
