@@ -26,6 +26,7 @@ from app.queue.arq_driver import queue_key
 from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
+from app.queue.queues import poll_delay
 from app.queue.registry import JobRegistry
 from app.queue.serialization import deserialize, serialize
 
@@ -124,7 +125,7 @@ def build_arq_worker(
         job_completion_wait=settings.worker_shutdown_grace_seconds,
         max_jobs=settings.worker_max_jobs,
         keep_result=0,
-        poll_delay=settings.worker_poll_delay_seconds,
+        poll_delay=poll_delay(queue, settings.worker_poll_delay_seconds),
         max_tries=ARQ_MAX_TRIES,
         health_check_interval=HEALTH_CHECK_INTERVAL_SECONDS,
         ctx={"resources": resources},

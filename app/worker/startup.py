@@ -10,7 +10,7 @@ from arq.jobs import Job as ArqJob
 from app.queue.arq_adapter import version_mismatch
 from app.queue.arq_driver import queue_key
 from app.queue.job import CronJob
-from app.queue.queues import QueueName
+from app.queue.queues import QueueName, poll_delay
 from app.queue.registry import JobRegistry
 from app.queue.serialization import deserialize
 from app.worker.arq_worker import rerun_after_kill_seconds
@@ -39,10 +39,12 @@ def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJo
     for cron in crons:
         logger.info("Cron %s scheduled: %s (UTC).", cron.name(), cron.schedule(settings))
     logger.info(
-        "Worker serving %s (max %d jobs at a time per queue, poll every %g s, shutdown grace %d s).",
+        "Worker serving %s (max %d jobs at a time per queue, poll every %g s on the webhook queues and %g s on the "
+        "others, shutdown grace %d s).",
         ", ".join(queues),
         settings.worker_max_jobs,
         settings.worker_poll_delay_seconds,
+        poll_delay(QueueName.CRON, settings.worker_poll_delay_seconds),
         settings.worker_shutdown_grace_seconds,
     )
 
