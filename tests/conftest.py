@@ -144,16 +144,17 @@ def webhook_secrets() -> dict[str, str]:
     return {"stripe": generate_whsec(), "stripe_old": generate_whsec(), "clerk": generate_whsec()}
 
 
-@pytest.fixture
-def redis_namespace() -> str:
+def new_redis_namespace() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 
 
 @pytest.fixture
-def settings_env(
-    database_url: str, redis_url: str, redis_namespace: str, webhook_secrets: dict[str, str]
-) -> dict[str, str]:
-    """The environment of the app under test; tests change entries, then build ``settings``."""
+def redis_namespace() -> str:
+    return new_redis_namespace()
+
+
+def app_env(database_url: str, redis_url: str, redis_namespace: str, webhook_secrets: dict[str, str]) -> dict[str, str]:
+    """The environment of the app under test (``settings_env``'s, or a server's shared by a process's tests)."""
     return {
         "APP_ENV": "test",
         "DATABASE_URL": database_url,
@@ -164,6 +165,14 @@ def settings_env(
         "STRIPE_API_KEY": "sk_test_123",
         "LOG_LEVEL": "info",
     }
+
+
+@pytest.fixture
+def settings_env(
+    database_url: str, redis_url: str, redis_namespace: str, webhook_secrets: dict[str, str]
+) -> dict[str, str]:
+    """The environment of the app under test; tests change entries, then build ``settings``."""
+    return app_env(database_url, redis_url, redis_namespace, webhook_secrets)
 
 
 @pytest.fixture
@@ -269,6 +278,35 @@ def sentry_enabled(sentry_stub: SentryIngestStub) -> Iterator[SentryIngestStub]:
     sentry_sdk.init(dsn=None, auto_enabling_integrations=False)  # auto-enabled ones would patch Litestar
 
 
+BROWSER_FIXTURE = "browser"
+SLOW_SECONDS = 5.0
+"""What a test marked ``slow`` without a figure is expected to take; ``slow(seconds)`` says more."""
+
+
+def expected_seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("slow")
+    if marker is None:
+        return 0.0
+    return float(marker.args[0]) if marker.args else SLOW_SECONDS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that drive Chromium ``browser``; then order the modules longest test first.
+
+    Under xdist (``make test``: ``--maxschedchunk 1``) each worker takes the next test whenever it is
+    free, so the long ones start at once, side by side, instead of one of them ending the run alone.
+    A module's tests stay together and in their order.
+    """
+    for item in items:
+        if BROWSER_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+    longest: dict[Any, float] = {}
+    for item in items:
+        longest[item.path] = max(longest.get(item.path, 0.0), expected_seconds(item))
+    first = {path: index for index, path in enumerate(longest)}
+    items.sort(key=lambda item: (-longest[item.path], first[item.path]))
+
+
 def pytest_addoption(parser: Any) -> None:
     parser.addoption("--fuzz-examples", type=int, default=2500, help="requests the intake fuzz test sends")
 
@@ -280,6 +318,10 @@ def fuzz_examples(request: pytest.FixtureRequest) -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("APP_ENV", "test")
+    config.addinivalue_line(
+        "markers", "slow(seconds): as `slow`; `seconds`, for the longest tests: about how long (started first)"
+    )
+    config.addinivalue_line("markers", "browser: drives Chromium (given to every test using the browser fixture)")
     if not hasattr(config, "workerinput"):
         config.stash[_template] = f"test_template_{uuid.uuid4().hex[:12]}"
 

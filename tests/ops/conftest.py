@@ -1,4 +1,9 @@
-"""Fixtures of the operations tests: a real API process, a real headless Chromium, known inbox rows."""
+"""Fixtures of the operations tests: a real API process, a real headless Chromium, known inbox rows.
+
+The API process (``ops_api``) is started once per test process and shared by its tests: its state is
+in Postgres and Redis, and each test starts with both emptied; its Redis prefix is then the test's
+(``redis_namespace``), and ``api_log`` reads what it logged during the test.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import contextlib
 import os
 import re
 import shutil
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,6 +25,7 @@ from sqlalchemy import text
 
 from app.core.resources import Resources
 from app.webhooks.models import WebhookEvent
+from tests.conftest import app_env, new_redis_namespace
 from tests.processes import logged_api_process
 from tests.webhooks.worker_handlers import CREATE_TABLE
 
@@ -52,11 +59,51 @@ def ops_env(settings_env: dict[str, str]) -> dict[str, str]:
     return {**settings_env, "OPS_PASSWORD": OPS_PASSWORD}
 
 
+@dataclass(frozen=True)
+class SharedApi:
+    base_url: str
+    redis_namespace: str
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def ops_api_server(
+    database_url: str, redis_url: str, webhook_secrets: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedApi]:
+    """The API with the operations page, as ``ops_env`` configures it, started when a test first needs it."""
+    namespace = f"tops{uuid.uuid4().hex[:8]}:"
+    env = {**app_env(database_url, redis_url, namespace, webhook_secrets), "OPS_PASSWORD": OPS_PASSWORD}
+    log = tmp_path_factory.mktemp("ops-api") / "api.log"
+    with logged_api_process(env, log) as base_url:
+        yield SharedApi(base_url, namespace, log)
+
+
 @pytest.fixture
-def ops_api(ops_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    """The API, with the operations page, in its own process; its log is ``tmp_path / "api.log"``."""
-    with logged_api_process(ops_env, tmp_path / "api.log") as base_url:
-        yield base_url
+def redis_namespace(request: pytest.FixtureRequest) -> str:
+    """A test of the shared API uses its Redis prefix (the test's keys are dropped after it all the same)."""
+    if "ops_api" in request.fixturenames:
+        server: SharedApi = request.getfixturevalue("ops_api_server")
+        return server.redis_namespace
+    return new_redis_namespace()
+
+
+@pytest.fixture
+def ops_api(ops_api_server: SharedApi, redis_namespace: str, tmp_path: Path) -> Iterator[str]:
+    """The API, with the operations page, in its own process (this test process's, shared); ``api_log(tmp_path)``
+    is what it logs during the test. A test that needs the API configured otherwise starts its own
+    (``logged_api_process``). ``redis_namespace`` (the API's): the test's Redis keys are dropped after it."""
+    assert redis_namespace == ops_api_server.redis_namespace
+    try:
+        alive = httpx.get(f"{ops_api_server.base_url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        alive = False
+    if not alive:
+        tail = ops_api_server.log.read_text(errors="replace")[-3000:]
+        pytest.fail(f"the operations tests' API process no longer answers; its log ends with:\n{tail}")
+    # This test's part of the log (by file: the test modules import this one under another name than pytest).
+    (tmp_path / "api.log").symlink_to(ops_api_server.log)
+    (tmp_path / "api.log.start").write_text(str(ops_api_server.log.stat().st_size))
+    yield ops_api_server.base_url
 
 
 async def screenshot(page: Page, name: str, tmp_path: Path) -> Path:
@@ -69,8 +116,11 @@ async def screenshot(page: Page, name: str, tmp_path: Path) -> Path:
 
 
 def api_log(tmp_path: Path) -> str:
-    """What the ``ops_api`` process has logged so far."""
-    return (tmp_path / "api.log").read_text(errors="replace")
+    """What the ``ops_api`` process (or another writing ``tmp_path / "api.log"``) has logged so far in this test."""
+    start = tmp_path / "api.log.start"
+    with (tmp_path / "api.log").open("rb") as file:
+        file.seek(int(start.read_text()) if start.exists() else 0)
+        return file.read().decode(errors="replace")
 
 
 @dataclass
