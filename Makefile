@@ -26,7 +26,7 @@ PYTHON_IMAGE ?=
 CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 comma := ,
 
-.PHONY: install system-deps browser prometheus docker image wrk dev api worker test screenshots lint format migrate \
+.PHONY: install system-deps browser prometheus docker image wrk dev api worker test test-fast screenshots lint format migrate \
 	retry-abandoned cli psql send-test-webhook stripe-stub bench soak clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -70,9 +70,16 @@ worker: install  ## a worker for every queue, or QUEUES=a,b
 	@$(WITH_DEV_ENV) $(BIN)/python -m app.worker $(if $(QUEUES),--queues $(QUEUES))
 
 # NO_SYSTEM_DEPS=1: no Debian package installed, and the tests that need one deselected (tools/make_test.py).
+# Two processes; each takes the next test when it is free (--maxschedchunk 1), the longest first (tests/conftest.py).
+PYTEST_RUN := eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
+	$(BIN)/pytest -n 2 --maxschedchunk 1 -q -p no:cacheprovider -p tools.make_test $(if $(NO_SYSTEM_DEPS),--without-system-deps)
+FAST_TESTS := -m "not slow and not browser and not container"
+
 test: install $(if $(NO_SYSTEM_DEPS),,system-deps)  ## the whole suite against real Postgres, Redis, Chromium, Prometheus and a container engine
-	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
-		$(BIN)/pytest -n 2 -q -p no:cacheprovider -p tools.make_test $(if $(NO_SYSTEM_DEPS),--without-system-deps) $(PYTEST_ARGS)
+	@$(PYTEST_RUN) $(PYTEST_ARGS)
+
+test-fast: install $(if $(NO_SYSTEM_DEPS),,prometheus)  ## the suite less its slow, browser and container tests
+	@$(PYTEST_RUN) $(FAST_TESTS) $(PYTEST_ARGS)
 
 screenshots: install browser  ## the operations page's pictures in docs/images, taken by its browser test
 	@mkdir -p docs/images

@@ -48,7 +48,7 @@ from tools.doc_blocks import (
     tracked_files,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(40)
 
 ROOT = Path(__file__).resolve().parents[2]
 LITESTAR = [str(Path(sys.executable).parent / "litestar"), "--app", "app.asgi:create_app"]

@@ -19,7 +19,7 @@ from app.webhooks.jobs import queue_processing
 from tests.processes import wait_for, worker_starter
 from tests.webhooks.worker_handlers import CREATE_TABLE, EMPTY_TABLE, PROVIDER, hold_key, holding_key
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(20)
 # The product's idle timeout, shortened: the test proves the same with 5 s as production does with 30.
 LOCK_IDLE_SECONDS = 5
 # The frozen worker's job runs again on another worker once arq's in-progress key expires (timeout + 12 s):

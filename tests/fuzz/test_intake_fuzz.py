@@ -35,7 +35,7 @@ from svix.webhooks import Webhook
 from tests.processes import logged_api_process
 from tests.stubs.sentry_ingest import SentryIngestStub
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(15)
 PLANTED = "planted-body-0f1e2d3c"
 SECRETS = {
     "STRIPE_API_KEY": "sk_live_fuzz_api_key_0001",

@@ -34,7 +34,7 @@ FAULTS = (
 TIME_LIMIT_SECONDS = 300  # about a minute, two on a busy machine; the recovery cron ticks once a minute
 
 
-@pytest.mark.slow
+@pytest.mark.slow(100)
 def test_short_soak_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     # Not under tmp_path: as root, the embedded Postgres runs as another account, which needs o+x on each folder
     # above its data, and every pytest session that starts resets the base temp folder to 0700.
