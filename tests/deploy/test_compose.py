@@ -224,6 +224,7 @@ def load_under_uvicorn(argv: list[str]) -> dict[str, Any]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_api_service_loads_the_app_in_several_processes_behind_no_proxy_rewrite() -> None:
     loaded = load_under_uvicorn(command("app"))
     assert loaded["loaded"] == "Litestar"  # the factory ran; no uvicorn proxy middleware in front
@@ -239,6 +240,7 @@ def test_api_service_loads_the_app_in_several_processes_behind_no_proxy_rewrite(
     )
 
 
+@pytest.mark.slow
 def test_image_default_command_is_the_api_on_the_health_checked_port() -> None:
     final = dockerfile_stages()[-1]
     cmd = [rest for keyword, rest in final if keyword == "CMD"]

@@ -91,6 +91,7 @@ async def test_no_double_burst_across_a_fixed_window_boundary(redis: Redis, key_
     assert all(d.retry_after == 2 for d in after)
 
 
+@pytest.mark.slow
 async def test_sliding_window_never_admits_more_than_limit_in_any_window(redis: Redis, key_prefix: str) -> None:
     limit, window = 5, 2.0
     limiter = SlidingWindowRateLimiter(redis, limit=limit, window_seconds=2, key_prefix=key_prefix)

@@ -80,6 +80,7 @@ async def test_the_weekly_cron_sends_one_summary_per_active_workspace_once(
     assert len(outbox) == 2
 
 
+@pytest.mark.slow
 def test_crons_list_and_crons_run_through_the_litestar_cli(settings_env: dict[str, str]) -> None:
     env = {
         "PATH": os.environ["PATH"],

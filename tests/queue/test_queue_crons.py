@@ -46,6 +46,7 @@ async def _runs(resources: Resources) -> list[str]:
     return [e["key"] for e in await fetch_events(resources, EveryMinuteCronJob.name())]
 
 
+@pytest.mark.slow(8)
 async def test_three_workers_run_each_tick_once_and_a_tick_missed_by_all_runs_once(
     events_table: Resources, start_worker: Callable[..., Any], tmp_path: Path
 ) -> None:

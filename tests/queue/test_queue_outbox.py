@@ -59,6 +59,7 @@ async def test_a_job_staged_in_a_transaction_that_rolls_back_is_never_queued(res
     assert await resources.queue.state("rolled-back", "default-queue") == "absent"
 
 
+@pytest.mark.slow
 async def test_a_job_staged_in_a_committed_transaction_is_queued_and_run(
     events_table: Resources, start_worker: Callable[..., Any]
 ) -> None:
@@ -176,6 +177,7 @@ async def test_relaying_a_committed_transactions_jobs_while_redis_is_down_return
     assert await queued_ids(resources) == [str(job_id).encode()]
 
 
+@pytest.mark.slow
 async def test_a_job_staged_by_a_process_killed_right_after_its_commit_is_queued_by_a_worker_within_seconds(
     settings_env: dict[str, str], events_table: Resources, start_worker: Callable[..., Any]
 ) -> None:
@@ -214,6 +216,7 @@ async def test_a_job_staged_by_a_process_killed_right_after_its_commit_is_queued
     assert len(await ran()) == 1
 
 
+@pytest.mark.slow
 async def test_a_burst_worker_relays_what_is_staged_then_runs_it(
     events_table: Resources, start_worker: Callable[..., Any]
 ) -> None:

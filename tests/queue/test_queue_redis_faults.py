@@ -6,11 +6,15 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.runtime import open_resources
 from tests.queue.conftest import RedisServer, fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob
+
+pytestmark = pytest.mark.slow
 
 
 async def test_the_worker_survives_a_redis_restart_and_runs_a_job_queued_after(

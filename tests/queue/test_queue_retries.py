@@ -68,6 +68,7 @@ def _job_events(sentry: SentryIngestStub, message: str) -> list[dict[str, Any]]:
     return [e for e in sentry.events if any(v.get("value", "").endswith(message) for v in e["exception"]["values"])]
 
 
+@pytest.mark.slow
 async def test_retry_limit_permanent_error_and_one_sentry_error_per_failed_try(
     events_table: Resources, start_worker: Callable[..., Any], sentry_stub: SentryIngestStub
 ) -> None:

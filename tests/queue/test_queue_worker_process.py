@@ -14,6 +14,8 @@ from app.core.resources import Resources
 from tests.queue.conftest import fetch_events, wait_for
 from tests.queue.sample_jobs import RecordData, RecordJob, UnlistedJob
 
+pytestmark = pytest.mark.slow
+
 JOB_FIELDS = ("job_name", "job_id", "queue", "attempt")
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tools.make_test import missing_paths
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +29,7 @@ def test_missing_paths_are_the_arguments_whose_file_or_folder_is_absent(tmp_path
     assert missing_paths(given, tmp_path) == ["tests/test_b.py", "test/"]
 
 
+@pytest.mark.slow
 def test_a_missing_path_stops_the_run_under_xdist_with_its_name() -> None:
     result = run([*PYTEST, "-n", "2", "tests/tools/no_such_test.py", "tests/tools"])
     assert result.returncode == 4, result.stdout + result.stderr
@@ -40,6 +43,7 @@ def collected(*args: str) -> set[str]:
     return {line for line in result.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow(10)
 def test_without_system_deps_deselects_the_tests_that_need_them_and_only_those() -> None:
     folders = ["tests/ops", "tests/deploy"]
     every = collected(*folders)
@@ -77,3 +81,28 @@ def test_the_install_script_says_how_it_is_used() -> None:
     result = run(["bash", str(ROOT / "tools" / "install-debian-packages")])
     assert result.returncode == 2
     assert "usage: tools/install-debian-packages WHY PACKAGE..." in result.stderr
+
+
+@pytest.mark.slow
+def test_quiet_under_xdist_there_is_no_placeholder_line() -> None:
+    result = run([*PYTEST, "-n", "2", "tests/unit/test_client_ip.py"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "bringing up nodes" not in result.stdout + result.stderr
+    assert re.search(r"^\d+ passed in ", result.stdout, re.MULTILINE), result.stdout
+
+
+@pytest.mark.slow
+def test_make_test_fast_leaves_out_the_slow_browser_and_container_tests() -> None:
+    recipe = run(["make", "-n", "test-fast", "NO_SYSTEM_DEPS=1"]).stdout
+    fast = re.search(r'-m "([^"]+)"', recipe)
+    assert fast is not None and "tools/install-debian-packages" not in recipe, recipe
+    assert fast.group(1) == "not slow and not browser and not container"
+    folders = ["tests/ops", "tests/deploy", "tests/faults", "tests/soak"]
+    every, kept = collected(*folders), collected("-m", fast.group(1), *folders)
+    assert kept and kept < every
+    slow = ("tests/ops/test_ops_phone.py", "tests/deploy/test_image.py", "tests/faults/test_frozen_worker.py")
+    for left_out in (*slow, "tests/soak/"):
+        assert not {test for test in kept if test.startswith(left_out)}, left_out
+    # Every browser test is marked browser, slow or not: none is kept.
+    assert not {test for test in kept if test.startswith("tests/ops/test_ops_page.py")}
+    assert {test for test in kept if test.startswith("tests/ops/test_ops_session.py")}

@@ -76,6 +76,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     embedded.stop_all(tmp_path)
 
 
+@pytest.mark.slow
 def test_without_database_url_it_starts_the_embedded_postgres_and_leaves_it_running(data_dir: Path) -> None:
     done = run_psql({"DEV_DATA_DIR": str(data_dir)}, "SELECT current_database()")
     assert done.returncode == 0, done.stderr

@@ -74,6 +74,7 @@ async def empty_effects_table(resources: Resources) -> None:
         await session.commit()
 
 
+@pytest.mark.slow
 async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
     settings_env: dict[str, str], start_worker: Any, sentry_stub: SentryIngestStub
 ) -> None:
@@ -126,6 +127,7 @@ async def test_failing_event_is_set_aside_once_then_reopened_and_processed(
         await resources.close()
 
 
+@pytest.mark.slow
 async def test_fifty_queued_copies_of_one_event_process_it_once(
     settings_env: dict[str, str], start_worker: Any
 ) -> None:

@@ -6,9 +6,12 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from app.testing.deliveries import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event
 from tests.processes import api_process
+
+pytestmark = pytest.mark.slow
 
 UNHANDLED = {"id": "po_1", "object": "payout"}  # acknowledged and dropped: the test measures the limiter only
 
