@@ -20,6 +20,12 @@ Two ways to take slots:
   taken by the first caller of its subject that comes at most one spacing
   late; past that it is gone, its slots unused, and a new one is reserved.
 
+Turns and slots schedule the calls; the guarantee is kept at the moment of
+each call (:meth:`StripeBudget.admit`): the calls actually made are logged
+too, and one that would be the N+1th in a second waits its moment. A sync
+that took its turn and then waited for its locks (a busy database) would
+otherwise call late, beside the calls of the turns after its own.
+
 A 429 from Stripe pauses the whole budget for its ``Retry-After``: every
 process waits, not only the one that was told.
 
@@ -105,6 +111,28 @@ end
 return {1, at - now, seen}
 """
 
+# KEYS: the log of calls made (scores: microseconds), the pause key. ARGV: limit, window (µs), a call-unique member.
+# Returns 0 when the call is admitted (and logged), else how many microseconds to wait before asking again.
+_ADMIT_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local window = tonumber(ARGV[2])
+local paused = redis.call('PTTL', KEYS[2])
+if paused > 0 then
+  return paused * 1000
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000) + 1000)
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(tonumber(oldest[2]) + window - now, 1000)
+"""
+ADMIT_WAIT_SECONDS = 2.0
+"""A call waits at most this long at the moment it is made; a sync holding its locks then comes back later."""
+
 _NOT_RESERVED, _RESERVED, _TURN_RESERVED, _TURN_AHEAD = 0, 1, 2, 3
 
 
@@ -180,6 +208,9 @@ class StripeBudget:
         self._turn_prefix = f"{namespace}stripe:turn:"
         """Reserved turns, one key per subject (microseconds, by Redis' clock)."""
         self._script = LuaScript(redis, _BUDGET_LUA)
+        self._admit = LuaScript(redis, _ADMIT_LUA)
+        self._made_key = f"{namespace}stripe:budget:made"
+        """The calls actually made (scores: microseconds, by Redis' clock): at most N in any window."""
         self._process = secrets.token_hex(6)
         self._calls = itertools.count()
         self._processes_seen = 1
@@ -231,6 +262,30 @@ class StripeBudget:
             f"Stripe API budget ({self.per_second}/s): {subject}'s turn comes in {wait:.1f} s",
             after_seconds=max(wait - TURN_EARLY_SECONDS, 0.05),
         )
+
+    async def admit(self, *, max_wait: float = ADMIT_WAIT_SECONDS) -> float:
+        """The moment of a call: wait while a second already holds N calls made; the seconds waited.
+
+        Past ``max_wait`` (a pause after a 429, or a flood of late calls) ``TurnLater``: the caller comes back.
+        With Redis away, this process keeps to its share (as :meth:`acquire` does).
+        """
+        started = time.monotonic()
+        while True:
+            try:
+                wait_us = await self._admit(
+                    keys=[self._made_key, self._keys[2]],
+                    args=[self.per_second, WINDOW_US, f"{self._process}:{next(self._calls)}"],
+                )
+            except (RedisError, OSError):
+                return 0.0  # the slot was taken from this process's share already
+            wait = int(wait_us) / 1_000_000
+            if wait <= 0:
+                return time.monotonic() - started
+            if time.monotonic() - started + wait > max_wait:
+                raise TurnLater(
+                    f"Stripe API budget ({self.per_second}/s): no call may be made for {wait:.1f} s", after_seconds=wait
+                )
+            await asyncio.sleep(wait)
 
     async def paused_seconds(self) -> float:
         """How long every process still waits after a 429 (0: not paused)."""

@@ -194,7 +194,8 @@ class StripeGateway:
         """
         started = time.monotonic()
         while True:
-            STRIPE_BUDGET_WAIT.observe(await (turn.call() if turn is not None else self.budget.acquire()))
+            waited = await (turn.call() if turn is not None else self.budget.acquire())
+            STRIPE_BUDGET_WAIT.observe(waited + await self.budget.admit())
             try:
                 response = await self._client.raw_request_async("get", path, **params)
             except stripe.StripeError as exc:

@@ -296,3 +296,25 @@ async def test_with_redis_away_the_budget_is_divided_between_the_processes_seen(
     assert elapsed >= 1.9  # 2 per second: the last two waited two seconds (a share of 4 would take one)
     (warning,) = [r.getMessage() for r in caplog.records if "keeps to its share" in r.getMessage()]
     assert "share of 2 calls per second (the budget of 4 shared by the 2 processes seen)" in warning
+
+
+async def test_calls_made_late_are_still_never_more_than_the_budget_in_any_second(
+    redis_url: str, redis_namespace: str
+) -> None:
+    """Turns schedule the calls; the moment of each call keeps the bound: twelve calls made at once (syncs that
+    waited for their locks past their turns) are admitted five a second, never six."""
+    budget = StripeBudget(make_redis(redis_url), per_second=5, namespace=redis_namespace)
+    made: dict[bytes, float] = {}  # each call as the budget logged it (by Redis' clock)
+
+    async def call() -> None:
+        await budget.admit(max_wait=5)
+        made.update(await budget.redis.zrange(f"{redis_namespace}stripe:budget:made", 0, -1, withscores=True))
+
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(call() for _ in range(12)))
+        elapsed = time.monotonic() - started
+    finally:
+        await budget.redis.aclose()
+    assert len(made) == 12 and most_in_window([score / 1e6 for score in made.values()], 1.0) == 5
+    assert elapsed >= 2.0  # the last two waited for the second and third seconds
