@@ -1,7 +1,7 @@
 """The pytest plugin `make test` loads (``-p tools.make_test``): missing test paths, and tests left out on request.
 
 - A path given on the command line that does not exist is a usage error (exit code 4) naming it.
-  With pytest-xdist (``-n 2``) pytest's own "file or directory not found" is lost: the workers
+  With pytest-xdist (``-n 3``) pytest's own "file or directory not found" is lost: the workers
   collect nothing and the run ends with only "no tests ran". The paths are checked before any
   worker starts.
 - ``--without-system-deps`` (``make test NO_SYSTEM_DEPS=1``) deselects the tests that need what

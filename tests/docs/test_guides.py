@@ -70,7 +70,7 @@ def make_command(line: str) -> list[str]:
     if target == ["make", "cli"] and "ARGS" in variables:
         return [*LITESTAR, *shlex.split(variables["ARGS"])]
     if target == ["make", "test"] and "PYTEST_ARGS" in variables:
-        # One file: no xdist workers to start (make test adds -n 2).
+        # One file: no xdist workers to start (make test adds -n 3).
         return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *shlex.split(variables["PYTEST_ARGS"])]
     raise AssertionError(f"The guide test cannot run {line!r}: use make migrate, make cli ARGS=... or make test.")
 
