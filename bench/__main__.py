@@ -93,14 +93,18 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL") or DEFAULT_DATABASE_URL)
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL") or DEFAULT_REDIS_URL)
     parser.add_argument("--keep", action="store_true", help="keep the run directory (process logs)")
-    parser.add_argument("--profile", action="store_true", help="py-spy the API during intake, a worker during drains")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the API during intake, a worker during drains (keeps the run directory)",
+    )
     parser.add_argument("--no-write", action="store_true", help="with --full: do not update bench/results/latest.md")
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override a mode field, e.g. --set intake_rounds=3 --set drain_events=5000 (see MODES in harness.py)",
+        help="override a mode field, e.g. --set intake_rounds=3 --set drain_events=5000 (see MODES in bench/modes.py)",
     )
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a Stripe stub's logging set-up would log every request

@@ -157,7 +157,7 @@ class Run:
                 await admin.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
             finally:
                 await admin.close()
-            if self.keep:
+            if self.keep or self.profile:  # a profile's note names a file in the run directory
                 self.log(f"logs kept in {self.directory}")
             else:
                 shutil.rmtree(self.directory, ignore_errors=True)
