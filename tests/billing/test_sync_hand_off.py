@@ -51,12 +51,14 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
     linked_workspace: Workspace,
     webhook_secrets: dict[str, str],
 ) -> None:
-    """The budget's next turn is 4 s away: the customer's sync is queued for it and, meanwhile, is not running
+    """The budget's next turn is 8 s away: the customer's sync is queued for it and, meanwhile, is not running
     (arq's own state), no backend of the database is in a transaction or holds an advisory lock, and the worker
     processes the Clerk events that came after it (one slot per queue: a waiting sync would hold it)."""
     intake = await open_resources(MESSAGE_QUEUE_DRIVER="arq", STRIPE_API_RATE_LIMIT_PER_SECOND="1")
     stripe_stub.put_subscription("cus_linked", quantity=6)
-    await stripe_budget(intake).reserve("customer:somebody-else", 4)  # four turns taken: the next in 4 s
+    # Eight turns taken: the next in 8 s, time enough for a busy machine to start the worker and check before it.
+    reserved = time.monotonic()
+    await stripe_budget(intake).reserve("customer:somebody-else", 8)
     stripe_row = await store(intake, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
     await queue_processing(intake.queue, "stripe", stripe_row, tenant_key="cus_linked")
     clerk_rows = await store_and_queue(
@@ -65,7 +67,6 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
     env = {**billing_env, "MESSAGE_QUEUE_DRIVER": "arq", "STRIPE_API_RATE_LIMIT_PER_SECOND": "1"}
 
     async with worker_starter(env) as start:
-        started = time.monotonic()
         await start(WORKER_MAX_JOBS="1")
 
         async def sync_queued() -> bool:
@@ -82,7 +83,8 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
             intake.queue.redis,  # type: ignore[attr-defined]
             _queue_name=f"{intake.settings.redis_namespace}stripe-sync-queue",
         )
-        while time.monotonic() - started < 2.5:  # well before its turn
+        checked_until = max(reserved + 4, time.monotonic() + 1)  # well before its turn
+        while time.monotonic() < checked_until:
             assert await job.status() == JobStatus.deferred  # queued for its turn, not running in a slot
             assert await _held_for_billing(intake) == []
             await asyncio.sleep(0.1)
