@@ -19,7 +19,7 @@ from app.testing.processes import child_env
 from bench.report import REQUIRED_KEYS
 from tests.processes import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(60)  # about a minute on 2 cores: make test starts it among the first
 
 
 async def leftovers_of(database_url: str, redis_url: str, database: str, namespace: str) -> tuple[int, int]:
