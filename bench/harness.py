@@ -187,7 +187,16 @@ class Run:
     async def reset_inbox(self) -> None:
         await self.drop_redis_keys()
         tables = "webhook_event, workspace_member, workspace, app_user, billing_sync, job_outbox"
-        await self.pool.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+        # A running worker may still be finishing what a processed event led to (a seat change's member limit):
+        # TRUNCATE then can deadlock with its statement, and the one chosen to fail is taken again.
+        for attempt in range(5):
+            try:
+                await self.pool.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+                return
+            except asyncpg.DeadlockDetectedError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def start_api(self) -> None:
         self.api_url, self.api = await asyncio.to_thread(
