@@ -23,6 +23,7 @@ from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler, Scope
 
 from app.core.errors import exit_on_settings_error
+from app.core.gc_tuning import settle_after_start_up
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
 from app.core.request_context import request_context_middleware
@@ -72,6 +73,7 @@ def _lifespan(
             for module in modules:
                 if module.lifespan is not None:
                     await stack.enter_async_context(module.lifespan(app.state, resources))
+            settle_after_start_up()
             yield
 
     return lifespan

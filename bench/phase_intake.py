@@ -50,8 +50,9 @@ async def intake(run: Run) -> None:
         counter += 1
         signed = stripe_set(secret, int(seconds * cap) + 1000, f"{target[0]}{counter:03d}")
         lines, template = signed.write(run.directory, f"stripe-{counter}")
-        profile = profiler(run, "api-intake", run.api, seconds) if record and target == "product" else None
         server = servers[target]
+        name = "api-intake" if target == "product" else "ceiling-intake"  # the same samples of both: compared
+        profile = profiler(run, name, server, seconds) if record else None
         cpu_before = cpu_seconds(server)
         result = await loadgen.run_closed_loop(
             url, lines, template, seconds=seconds, connections=mode.connections, use_wrk=run.use_wrk

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import click
+import uvloop
 
 from app.core.errors import exit_on_settings_error
 from app.core.logging import configure_logging
@@ -64,7 +64,7 @@ def run_worker(
         finally:
             await resources.close()
 
-    return asyncio.run(main())
+    return uvloop.run(main())  # the event loop uvicorn runs the API on: less CPU per socket read and write
 
 
 @click.command("run")

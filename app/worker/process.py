@@ -30,6 +30,7 @@ from typing import Any
 from arq.connections import ArqRedis
 from arq.worker import Worker
 
+from app.core.gc_tuning import settle_after_start_up
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.queue.arq_driver import make_arq_redis
@@ -105,6 +106,7 @@ class WorkerProcess:
             jobs = [name for name, job in self.registry.jobs.items() if job.queue in self.queues]
             prime_series(jobs, {provider for module in self.registry.modules for provider in module.webhook_handlers})
             self.metrics.serve()
+        settle_after_start_up()
         supervisors = [asyncio.create_task(self._supervise(queue), name=f"queue {queue}") for queue in self.queues]
         loops: list[asyncio.Task[Any]] = []
         if not self.burst:
