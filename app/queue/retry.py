@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 
@@ -35,6 +36,7 @@ MAX_EXPIRES_SECONDS = 30 * 24 * 3600.0
 """A job that reschedules itself without end (a sync) lives this long at most; recovery queues its work again."""
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of a few values, asked for each job queued (the intake's)
 def expires_after_seconds(policy: RetryPolicy, retry_limit: int, delay_seconds: float) -> float:
     """How long the queued job must live in Redis to survive every retry (arq does not refresh it)."""
     budget = delay_seconds + 24 * 3600.0
