@@ -147,8 +147,8 @@ ROWS = (
         "intake ratio (product / ceiling)",
         _f("intake_ratio", 2),
         _text(""),
-        ">= 0.80",
-        _check(lambda r: r["intake_ratio"] >= 0.8),
+        ">= 0.90",
+        _check(lambda r: r["intake_ratio"] >= 0.9),
     ),
     Row(
         "intake p50 / p99 (ms)",
@@ -161,8 +161,8 @@ ROWS = (
         "API CPU per request (us)",
         _f("intake_cpu_us"),
         lambda r: f"ceiling {_f('ceiling_cpu_us')(r)}",
-        "",
-        lambda r: None,
+        "<= 1.1 x ceiling",
+        _check(lambda r: r["intake_cpu_us"] <= 1.1 * r["ceiling_cpu_us"]),
     ),
     Row("intake, Clerk (req/s)", _f("intake_clerk_rps"), _text(""), "", lambda r: None),
     Row(
