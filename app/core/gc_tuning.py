@@ -14,7 +14,7 @@ in the Python docs):
   ten times less often; each still frees what a request left in cycles.
 
 Measured with ``make bench BENCH_ARGS="--phases intake"``: the intake's CPU per
-request fell by about 7 % (bench/README.md, "Intake profile").
+request fell from about 600 to 466 us (bench/README.md, "Latest full run").
 """
 
 from __future__ import annotations
