@@ -64,10 +64,12 @@ TURN_EARLY_SECONDS = 0.2
 # (one member per process), the pause key (set after a 429), the turn of the caller's subject (or a key nobody
 # uses). ARGV: limit, a call-unique member, this process's id, the window, how long a process counts as seen,
 # the longest wait (µs) an acquire may reserve, the mode (acquire, reserve or take), calls, the longest wait (µs)
-# a take waits where it is. Returns {status, microseconds, processes seen}: 1, slots reserved for the caller
-# (wait that long, then call); 0, nothing reserved (paused: until the pause ends; or no slot within the wait);
-# 2, a turn that far ahead reserved under the key; 3, the key's turn is that far ahead. A taken turn's calls
-# are at that time and one spacing apart after it.
+# a take waits where it is. Returns {status, microseconds, processes seen, calls of the turn}:
+# 1, slots reserved for the caller (wait that long, then call); 0, nothing reserved (paused: until the pause
+# ends; or no slot within the wait); 2, a turn that far ahead reserved under the key; 3, the key's turn is that
+# far ahead. A taken turn's calls are at that time and one spacing apart after it. A turn's key holds
+# "<time>:<calls>": a take gets the calls reserved, not the ones it asked for (a sync short of calls reserves
+# more, and its job comes back with the data it had).
 _BUDGET_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -79,16 +81,18 @@ redis.call('PEXPIRE', KEYS[2], 20000)
 local seen = redis.call('ZCARD', KEYS[2])
 local paused = redis.call('PTTL', KEYS[3])
 if paused > 0 then
-  return {0, paused * 1000, seen}
+  return {0, paused * 1000, seen, 0}
 end
 if mode ~= 'acquire' then
-  local held = tonumber(redis.call('GET', KEYS[4]))
-  if held then
+  local value = redis.call('GET', KEYS[4])
+  if value then
+    local held, held_calls = string.match(value, '^(%d+):(%d+)$')
+    held, held_calls = tonumber(held), tonumber(held_calls)
     if mode == 'reserve' or held - now > tonumber(ARGV[9]) then
-      return {3, held - now, seen}
+      return {3, held - now, seen, held_calls}
     end
     redis.call('DEL', KEYS[4])
-    return {1, math.max(held - now, 0), seen}
+    return {1, math.max(held - now, 0), seen, held_calls}
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
@@ -98,17 +102,18 @@ if last[2] then
   at = math.max(now, tonumber(last[2]) + spacing)
 end
 if mode == 'acquire' and at - now > tonumber(ARGV[6]) then
-  return {0, at - now, seen}
+  return {0, at - now, seen, 0}
 end
 for k = 0, calls - 1 do
   redis.call('ZADD', KEYS[1], at + k * spacing, string.format('%.0f', at + k * spacing) .. ':' .. ARGV[2] .. ':' .. k)
 end
 redis.call('PEXPIRE', KEYS[1], math.floor((at - now + calls * spacing) / 1000) + 2000)
 if mode == 'reserve' or (mode == 'take' and at - now > tonumber(ARGV[9])) then
-  redis.call('SET', KEYS[4], string.format('%.0f', at), 'PX', math.max(1, math.floor((at - now + spacing) / 1000)))
-  return {2, at - now, seen}
+  local value = string.format('%.0f', at) .. ':' .. calls
+  redis.call('SET', KEYS[4], value, 'PX', math.max(1, math.floor((at - now + spacing) / 1000)))
+  return {2, at - now, seen, calls}
 end
-return {1, at - now, seen}
+return {1, at - now, seen, calls}
 """
 
 # KEYS: the log of calls made (scores: microseconds), the pause key. ARGV: limit, window (µs), a call-unique member.
@@ -226,7 +231,7 @@ class StripeBudget:
         started = time.monotonic()
         while True:
             elapsed = time.monotonic() - started
-            status, wait = await self._run("acquire", None, 1, max_wait - elapsed)
+            status, wait, _ = await self._run("acquire", None, 1, max_wait - elapsed)
             if status == _RESERVED:
                 if wait > 0:
                     await asyncio.sleep(wait)
@@ -243,7 +248,7 @@ class StripeBudget:
 
     async def reserve(self, subject: str, calls: int) -> float:
         """Reserve a turn of ``calls`` calls for ``subject`` (or find the one it holds): seconds until it comes."""
-        status, wait = await self._run("reserve", subject, calls, 0.0)
+        status, wait, _ = await self._run("reserve", subject, calls, 0.0)
         return wait if status in (_TURN_RESERVED, _TURN_AHEAD) else 0.0
 
     async def take(self, subject: str, calls: int) -> Turn:
@@ -251,9 +256,9 @@ class StripeBudget:
 
         A subject holding no turn (it came too late for the one it had) reserves a new one here.
         """
-        status, wait = await self._run("take", subject, calls, 0.0)
+        status, wait, reserved = await self._run("take", subject, calls, 0.0)
         if status == _RESERVED:
-            return Turn(self, time.monotonic() + wait, calls)
+            return Turn(self, time.monotonic() + wait, max(calls, reserved))
         if status == _NOT_RESERVED:  # paused after a 429
             raise TurnLater(
                 f"Stripe API budget ({self.per_second}/s) paused after a 429 for {wait:.1f} s", after_seconds=wait
@@ -298,10 +303,11 @@ class StripeBudget:
         except (RedisError, OSError):
             await asyncio.sleep(seconds)
 
-    async def _run(self, mode: str, subject: str | None, calls: int, may_wait: float) -> tuple[int, float]:
-        """(status, seconds) of one script call; with Redis away, this process's share (reserved at once)."""
+    async def _run(self, mode: str, subject: str | None, calls: int, may_wait: float) -> tuple[int, float, int]:
+        """(status, seconds, the turn's calls) of one script call; with Redis away, this process's share (reserved
+        at once)."""
         try:
-            status, wait_us, seen = await self._script(
+            status, wait_us, seen, reserved = await self._script(
                 keys=[*self._keys, f"{self._turn_prefix}{subject or ''}"],
                 args=[
                     self.per_second,
@@ -317,16 +323,16 @@ class StripeBudget:
             )
         except (RedisError, OSError) as exc:
             if mode == "reserve":
-                return _TURN_RESERVED, 0.0  # the sync runs now and takes its slots from this process's share
+                return _TURN_RESERVED, 0.0, calls  # the sync runs now and takes its slots from this process's share
             wait = await self._local_slot(exc)
-            return (_RESERVED if wait <= 0 or mode == "take" else _NOT_RESERVED), wait
+            return (_RESERVED if wait <= 0 or mode == "take" else _NOT_RESERVED), wait, calls
         if self._local is not None:
             self._local = None
             logger.info("Stripe API budget: Redis answers again; the fleet shares one budget again.")
         self._processes_seen = max(1, int(seen))
         if status == _NOT_RESERVED:
-            return _NOT_RESERVED, max(int(wait_us), 1000) / 1_000_000
-        return int(status), max(int(wait_us), 0) / 1_000_000
+            return _NOT_RESERVED, max(int(wait_us), 1000) / 1_000_000, 0
+        return int(status), max(int(wait_us), 0) / 1_000_000, int(reserved)
 
     async def _local_slot(self, exc: BaseException) -> float:
         if self._local is None:

@@ -318,3 +318,24 @@ async def test_calls_made_late_are_still_never_more_than_the_budget_in_any_secon
         await budget.redis.aclose()
     assert len(made) == 12 and most_in_window([score / 1e6 for score in made.values()], 1.0) == 5
     assert elapsed >= 2.0  # the last two waited for the second and third seconds
+
+
+async def test_a_turn_reserved_for_more_calls_gives_them_to_the_job_that_takes_it(
+    redis_url: str, redis_namespace: str
+) -> None:
+    """A sync short of calls reserves a larger turn, and its job comes back with the data it had (asking for
+    one call): taking the turn must give it the calls reserved, or it falls short again at every try."""
+    budget = StripeBudget(make_redis(redis_url), per_second=20, namespace=redis_namespace)
+    try:
+        for _ in range(10):  # the budget's next half second is taken: the turn is reserved ahead
+            await budget.acquire()
+        wait = await budget.reserve("checkout:cs_1", 3)
+        assert wait > 0
+        await asyncio.sleep(max(wait - 0.3, 0))
+        turn = await budget.take("checkout:cs_1", 1)
+        assert turn.calls == 3
+        for _ in range(3):
+            await turn.call()  # the third is the turn's own, not a free slot found by luck
+        assert turn.made == 3
+    finally:
+        await budget.redis.aclose()
