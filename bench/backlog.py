@@ -2,8 +2,10 @@
 
 The workers are started first and seen polling (``Run.start_workers``). A
 backlog is then queued with one common due time a little ahead (``due_in``):
-every call's ``delay`` is worked out from that fixed instant, so each job's
-score is that instant, and nothing touches arq's keys but the product's queue.
+every job is encoded with a delay and then given that fixed instant as its due
+time (the delay alone would drift by the time between two clock reads), so each
+job's score is that instant, and nothing touches arq's keys but the product's
+queue.
 The clock starts at that instant (``until_due``), when the polling workers find
 every job due at once. Workers already running are warm (their connections
 open, their statements prepared), and started before the instant, not timed
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -43,6 +45,11 @@ class Due:
     at: float
     """When every job of the backlog is due (epoch seconds)."""
 
+    @property
+    def at_ms(self) -> int:
+        """The instant as the queue's score (epoch milliseconds)."""
+        return round(self.at * 1000)
+
     def perf_counter(self) -> float:
         """That instant on ``time.perf_counter()``'s clock, the one the phases time with."""
         return time.perf_counter() + (self.at - time.time())
@@ -61,13 +68,14 @@ async def queue_due(run: Run, job_cls: type[Job[Any]], items: Sequence[Item], du
         delay = timedelta(seconds=due.at - time.time())  # from the fixed instant: the same due time every call
         if delay <= timedelta(0):
             raise RuntimeError(f"{job_cls.name()}: the backlog took longer to queue than its lead; raise LEAD_*")
-        jobs = encode_jobs(
+        encoded = encode_jobs(
             run.resources.settings,
             job_cls,
             [(data, dedup, None) for data, dedup, _ in part],
-            delay=delay,
+            delay=delay,  # a delayed job is placed at its due time, not by its tenant's turn
             tenant_keys=[tenant for _, _, tenant in part],
         )
+        jobs = [replace(job, run_at_ms=due.at_ms) for job in encoded]
         queued = await queue.enqueue_encoded(jobs, what=f"{len(jobs)} {job_cls.name()}")
         if any(job_id is None for job_id in queued):
             raise RuntimeError(f"{job_cls.name()}: a backlog job was not queued")
