@@ -19,6 +19,7 @@ class Mode:
     pipeline_rate: float = 200.0
     connections: int = 64
     reference_drains_2w: bool = True  # the no-op and UPDATE jobs by two workers too (for the record)
+    drain_rounds: int = 1  # one worker's Clerk and reference drains, in mirrored order: rates over all rounds
     # stripe_backlog: the backlog's events and the customers they are about
     stripe_backlog_events: int = 2_000
     stripe_backlog_customers: int = 200
@@ -72,6 +73,7 @@ MODES = {
         20_000,
         1_000_000,
         1_000,
+        drain_rounds=2,
         stripe_backlog_events=10_000,
         stripe_backlog_customers=1_000,
         isolation_flood=20_000,
