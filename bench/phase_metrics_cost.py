@@ -40,10 +40,13 @@ DRAIN_EVENTS = 5_000  # per drain, at most: CPU per job does not depend on the b
 async def metrics_cost(run: Run) -> None:
     await _intake(run)
     await _drain(run)
-    on, off = run.results["metrics_intake_rps_on"], run.results["metrics_intake_rps_off"]
-    run.results["metrics_intake_cost"] = 1 - on / off
-    cpu_on, cpu_off = run.results["metrics_worker_cpu_ms_on"], run.results["metrics_worker_cpu_ms_off"]
-    run.results["metrics_worker_cpu_cost"] = cpu_on / cpu_off - 1
+
+
+def _paired_cost(run: Run, what: str, costs: list[float]) -> float:
+    """The median of the rounds' costs; each round's in the notes."""
+    if len(costs) > 1:
+        run.notes.append(f"metrics cost, {what}, each round: " + ", ".join(f"{cost * 100:.1f}%" for cost in costs))
+    return statistics.median(costs)
 
 
 async def _intake(run: Run) -> None:
@@ -77,6 +80,9 @@ async def _intake(run: Run) -> None:
         metrics_intake_rps_off=statistics.median(rps["off"]),
         metrics_intake_cpu_us_on=statistics.median(cpu["on"]),
         metrics_intake_cpu_us_off=statistics.median(cpu["off"]),
+        metrics_intake_cost=_paired_cost(
+            run, "intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
+        ),
     )
 
 
@@ -111,6 +117,10 @@ async def _drain(run: Run) -> None:
     run.results.update(
         metrics_worker_cpu_ms_on=statistics.median(cpu["on"]),
         metrics_worker_cpu_ms_off=statistics.median(cpu["off"]),
+        # The drains' order pairs them (on, off / off, on / ...): the i-th of each kind make a round.
+        metrics_worker_cpu_cost=_paired_cost(
+            run, "worker CPU per job", [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)]
+        ),
     )
 
 
