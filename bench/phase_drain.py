@@ -6,7 +6,7 @@ and the same number of no-op and one-UPDATE jobs (``bench/jobs.py``, on the same
 queue) as references, each timed from that instant until the queue is empty.
 
 One worker's drains are noisy on a shared machine (the same code drained 416 to
-460 Clerk events/s in four runs of one hour), so ``drain_rounds`` rounds run them
+481 Clerk events/s within two hours), so ``drain_rounds`` rounds run them
 in mirrored order (Clerk then the references, the references then Clerk, ...),
 and each rate is every round's jobs over every round's seconds.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from typing import TYPE_CHECKING
 
 import psutil
@@ -34,28 +35,32 @@ async def drain(run: Run) -> None:
     if not run.workers:
         await run.start_worker()
     await warm_up(run)
-    rates: dict[str, list[float]] = {"clerk": [], "update": [], "noop": []}
+    kinds = ("clerk", "update", "noop")
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    cpu_ms: dict[str, list[float]] = {kind: [] for kind in kinds}
     for round_ in range(run.mode.drain_rounds):
         suffix = "1w" if round_ == 0 else f"1w #{round_ + 1}"
-        if round_ % 2:
+        mirrored = round_ % 2 == 1
+        if mirrored:
             noop, update = await _reference_drains(run, suffix)
-        rates["clerk"].append(await _clerk_drain(run, count, f"clerk {suffix}", "d1", f"round {round_ + 1}"))
-        if not round_ % 2:
+        clerk = await _clerk_drain(run, count, f"clerk {suffix}", "d1", f"round {round_ + 1}")
+        if not mirrored:
             noop, update = await _reference_drains(run, suffix)
-        rates["noop"].append(noop)
-        rates["update"].append(update)
+        for kind, rate in zip(kinds, (clerk, update, noop), strict=True):
+            rates[kind].append(rate)
+            cpu_ms[kind].append(run.cpu_ms[f"{kind} {suffix}"])
     if run.mode.drain_rounds > 1:
         run.notes.append(
             "drain 1w, each round (Clerk / update / no-op, events/s): "
             + "; ".join(f"{c:.0f} / {u:.0f} / {n:.0f}" for c, u, n in zip(*rates.values(), strict=True))
         )
     run.results.update(
-        drain_eps_1w=_overall(rates["clerk"]),
-        noop_eps=_overall(rates["noop"]),
-        update_eps=_overall(rates["update"]),
-        drain_cpu_ms_1w=_mean_cpu_ms(run, "clerk 1w"),
-        noop_cpu_ms=_mean_cpu_ms(run, "noop 1w"),
-        update_cpu_ms=_mean_cpu_ms(run, "update 1w"),
+        drain_eps_1w=overall_rate(rates["clerk"]),
+        noop_eps=overall_rate(rates["noop"]),
+        update_eps=overall_rate(rates["update"]),
+        drain_cpu_ms_1w=statistics.fmean(cpu_ms["clerk"]),
+        noop_cpu_ms=statistics.fmean(cpu_ms["noop"]),
+        update_cpu_ms=statistics.fmean(cpu_ms["update"]),
         # The worker, Postgres and Redis share this machine: with one worker they keep some cores busy
         # per event, so no number of workers drains faster than cores / those cores (x that rate).
         drain_2w_machine_bound=min(2.0, (os.cpu_count() or 1) / max(run.pipeline_cores["clerk 1w"], 0.01)),
@@ -73,14 +78,9 @@ async def drain(run: Run) -> None:
     await run.reset_inbox()
 
 
-def _overall(rates: list[float]) -> float:
-    """Every round's jobs over every round's seconds (each round drains the same count)."""
-    return len(rates) / sum(1 / rate for rate in rates)
-
-
-def _mean_cpu_ms(run: Run, first_label: str) -> float:
-    rounds = [ms for label, ms in run.cpu_ms.items() if label == first_label or label.startswith(f"{first_label} #")]
-    return sum(rounds) / len(rounds)
+def overall_rate(rates: list[float]) -> float:
+    """Every round's jobs over every round's seconds (each round drains the same count): not their mean."""
+    return statistics.harmonic_mean(rates)
 
 
 async def _clerk_drain(run: Run, count: int, label: str, tag: str, check: str) -> float:

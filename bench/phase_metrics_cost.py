@@ -42,8 +42,8 @@ async def metrics_cost(run: Run) -> None:
     await _drain(run)
 
 
-def _paired_cost(run: Run, what: str, costs: list[float]) -> float:
-    """The median of the rounds' costs; each round's in the notes."""
+def paired_cost(run: Run, what: str, costs: list[float]) -> float:
+    """The median of the rounds' costs (a round: one run of each kind side by side); each round's in the notes."""
     if len(costs) > 1:
         run.notes.append(f"metrics cost, {what}, each round: " + ", ".join(f"{cost * 100:.1f}%" for cost in costs))
     return statistics.median(costs)
@@ -80,7 +80,7 @@ async def _intake(run: Run) -> None:
         metrics_intake_rps_off=statistics.median(rps["off"]),
         metrics_intake_cpu_us_on=statistics.median(cpu["on"]),
         metrics_intake_cpu_us_off=statistics.median(cpu["off"]),
-        metrics_intake_cost=_paired_cost(
+        metrics_intake_cost=paired_cost(
             run, "intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
         ),
     )
@@ -118,7 +118,7 @@ async def _drain(run: Run) -> None:
         metrics_worker_cpu_ms_on=statistics.median(cpu["on"]),
         metrics_worker_cpu_ms_off=statistics.median(cpu["off"]),
         # The drains' order pairs them (on, off / off, on / ...): the i-th of each kind make a round.
-        metrics_worker_cpu_cost=_paired_cost(
+        metrics_worker_cpu_cost=paired_cost(
             run, "worker CPU per job", [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)]
         ),
     )
