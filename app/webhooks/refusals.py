@@ -24,7 +24,9 @@ from app.core.metrics import DELIVERIES, child
 
 logger = logging.getLogger(__name__)
 LOG_INTERVAL_SECONDS = 60.0
-COUNT_TIMEOUT_SECONDS = 0.25
+COUNT_TIMEOUT_SECONDS = 2.0
+"""Long enough for a busy process (a count waits for the event loop too); short enough that a hung Redis holds
+few counts at once."""
 
 
 class Refusal(StrEnum):

@@ -17,8 +17,9 @@ from app.queue.models import CronRun
 from app.testing import signed_stripe_delivery, stripe_event
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import deduplication_id, queue_processing
+from app.webhooks.refusals import refused_last_hour
 from tests.ops.conftest import OpsPage, api_log, event_row, open_tab, screenshot, seed_known_events
-from tests.processes import logged_api_process
+from tests.processes import logged_api_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +34,10 @@ async def shown_counts(ops: OpsPage) -> dict[str, dict[str, int]]:
         cells = {name: await row.locator(f'[data-count="{name}"]').inner_text() for name in (*COUNTED, "refused_1h")}
         shown[provider] = {name: int(text) for name, text in cells.items()}
     return shown
+
+
+async def refused_counted(resources: Resources, namespace: str) -> bool:
+    return (await refused_last_hour(resources.redis, namespace, ["stripe"]))["stripe"] == 2
 
 
 async def listed_rows(ops: OpsPage) -> list[tuple[int, str]]:
@@ -69,13 +74,19 @@ async def test_a_wrong_password_is_refused_and_tries_are_limited(ops: OpsPage) -
     assert await ops.page.locator("#inbox").count() == 0
 
 
-async def test_the_overview_shows_the_databases_counts(ops: OpsPage, resources: Resources, tmp_path: Path) -> None:
+async def test_the_overview_shows_the_databases_counts(
+    ops: OpsPage, resources: Resources, redis_namespace: str, tmp_path: Path
+) -> None:
     known = await seed_known_events(resources)
     bad = signed_stripe_delivery(stripe_event("invoice.paid", {"id": "in_1"}), "whsec_" + "d3Jvbmctc2VjcmV0LXdyb25n")
     async with httpx.AsyncClient(base_url=ops.base_url) as client:
         for _ in range(2):  # a wrong secret: two refusals
             response = await client.post("/webhooks/stripe", content=bad.body, headers=bad.headers)
             assert response.status_code == 400
+    # Counted beside the answer (a refusal never waits for Redis): the count may land just after it.
+    await wait_for(
+        lambda: refused_counted(resources, redis_namespace), within=10, what="the two refusals counted in Redis"
+    )
 
     response = await ops.log_in()
 
