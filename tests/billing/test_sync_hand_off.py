@@ -56,18 +56,19 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
     processes the Clerk events that came after it (one slot per queue: a waiting sync would hold it)."""
     intake = await open_resources(MESSAGE_QUEUE_DRIVER="arq", STRIPE_API_RATE_LIMIT_PER_SECOND="1")
     stripe_stub.put_subscription("cus_linked", quantity=6)
-    # Eight turns taken: the next in 8 s, time enough for a busy machine to start the worker and check before it.
-    reserved = time.monotonic()
-    await stripe_budget(intake).reserve("customer:somebody-else", 8)
-    stripe_row = await store(intake, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
-    await queue_processing(intake.queue, "stripe", stripe_row, tenant_key="cus_linked")
-    clerk_rows = await store_and_queue(
-        intake, "clerk", [clerk_event("user.created", id=f"user_{n}") for n in range(20)]
-    )
     env = {**billing_env, "MESSAGE_QUEUE_DRIVER": "arq", "STRIPE_API_RATE_LIMIT_PER_SECOND": "1"}
 
     async with worker_starter(env) as start:
         await start(WORKER_MAX_JOBS="1")
+        # Eight turns taken once the worker is up (its start, slow on a busy machine, takes none of the 8 s):
+        # the next turn in 8 s, time enough to check before it.
+        reserved = time.monotonic()
+        await stripe_budget(intake).reserve("customer:somebody-else", 8)
+        stripe_row = await store(intake, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
+        await queue_processing(intake.queue, "stripe", stripe_row, tenant_key="cus_linked")
+        clerk_rows = await store_and_queue(
+            intake, "clerk", [clerk_event("user.created", id=f"user_{n}") for n in range(20)]
+        )
 
         async def sync_queued() -> bool:
             async with intake.db.session() as session:
