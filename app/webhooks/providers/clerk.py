@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from svix.webhooks import Webhook
-
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
@@ -26,6 +24,10 @@ SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 def _verifier(settings: Settings) -> Verifier | None:
     if not settings.clerk_webhook_signing_secret:
         return None
+    # Imported here, by the API that verifies: the svix package loads its whole API client (0.4 s of CPU), which
+    # a worker or a command has no use for.
+    from svix.webhooks import Webhook
+
     webhook = Webhook(settings.clerk_webhook_signing_secret)
 
     def verify(body: bytes, headers: Headers) -> VerifiedEvent:
