@@ -156,7 +156,7 @@ class _Attempt:
         async with self.resources.db.sessionmaker(bind=self.connection) as session:
             context = WebhookContext(resources=self.resources, session=session, event=event)
             await handler(context)
-            took = await Inbox.mark_processed_and_unlock(session, event.id)
+            took = await Inbox.mark_processed_and_unlock(session, self.driver, event.id)
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
         self.committed = (event, session)

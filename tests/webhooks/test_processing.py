@@ -92,6 +92,37 @@ async def test_failure_keeps_attempt_and_error_but_rolls_back_the_handler_work(m
         assert await session.scalar(select(func.count()).select_from(CronRun)) == 0
 
 
+async def test_a_write_the_handler_left_unflushed_commits_with_the_mark(make_resources: Any) -> None:
+    """The mark runs on the claiming connection, beside the session: the session's pending writes go first."""
+
+    async def handler(context: WebhookContext) -> None:
+        context.session.add(CronRun(name="left-pending-by-the-handler", slot=func.now()))  # no flush
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    await process_event(resources, row_id)
+    assert (await load(resources, row_id)).processed_at is not None
+    async with resources.db.session() as session:
+        names = (await session.scalars(select(CronRun.name))).all()
+    assert names == ["left-pending-by-the-handler"]
+
+
+async def test_an_unflushed_write_that_fails_leaves_the_event_unprocessed_and_unlocked(make_resources: Any) -> None:
+    async def handler(context: WebhookContext) -> None:
+        context.session.add(CronRun(name=None, slot=func.now()))  # NOT NULL: fails when flushed, before the mark
+
+    resources = make_resources(handler)
+    row_id = await stored_row(resources)
+    with pytest.raises(Exception, match="null value"):
+        await process_event(resources, row_id)
+    row = await load(resources, row_id)
+    assert row.processed_at is None and row.attempts == 1
+    assert row.last_error is not None and "IntegrityError" in row.last_error
+    async with resources.db.session() as session:
+        assert await session.scalar(text(_ADVISORY_LOCKS_HELD)) == 0
+        assert await session.scalar(select(func.count()).select_from(CronRun)) == 0
+
+
 async def test_a_later_success_clears_the_last_error(make_resources: Any) -> None:
     state = {"fail": True}
 
@@ -216,8 +247,9 @@ async def test_a_claim_between_the_early_unlock_and_the_commit_waits_and_finds_t
     async with first.db.engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection
         assert await driver.fetchval("SELECT pg_try_advisory_lock($1)", event_lock_key(row_id))
-        transaction = await connection.begin()
-        await connection.execute(MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)})
+        transaction = driver.transaction()
+        await transaction.start()
+        await driver.fetchval(MARK_PROCESSED_AND_UNLOCK, row_id, event_lock_key(row_id))
         competing = asyncio.create_task(process_event(second, row_id))
         await asyncio.sleep(0.3)
         assert not competing.done()  # waiting on the row, not processing it

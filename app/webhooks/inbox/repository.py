@@ -134,17 +134,21 @@ class Inbox:
         return await driver.fetchrow(sql.CLAIM, row_id, event_lock_key(row_id), idle_timeout)
 
     @staticmethod
-    async def mark_processed_and_unlock(session: AsyncSession, row_id: int) -> float | None:
+    async def mark_processed_and_unlock(session: AsyncSession, driver: Any, row_id: int) -> float | None:
         """In the handler's transaction, so the handler's writes and ``processed_at`` commit together.
+
+        ``driver``: the session's connection's own (the claim's). The statement runs on it directly: through the
+        session it cost every event 0.2 to 0.4 ms more CPU (the two side by side, on 2 cores). The session is
+        flushed first, so the handler's pending writes begin the transaction and are in it before the mark; a
+        handler that wrote nothing has no transaction, and the mark commits on its own.
 
         Returns the seconds from the event's arrival to its processing (both by the database's clock): the
         pipeline's latency. ``None`` for a replayed event (its wait since arrival is the operator's, not the
         pipeline's) and for a row gone meanwhile. A set-aside event reopened and processed counts: it waited
         that long.
         """
-        took = await session.scalar(
-            sql.MARK_PROCESSED_AND_UNLOCK, {"row_id": row_id, "lock_key": event_lock_key(row_id)}
-        )
+        await session.flush()
+        took = await driver.fetchval(sql.MARK_PROCESSED_AND_UNLOCK, row_id, event_lock_key(row_id))
         return None if took is None else float(took)
 
     @staticmethod

@@ -63,15 +63,13 @@ SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON
 # In the handler's transaction. Reading from `marked` makes the row update (and its row lock, held until
 # COMMIT) happen before the unlock: a worker claiming the event in between waits, then sees it processed.
 # `took` (arrival to processing) is NULL for a replayed event: its wait since arrival measures no pipeline.
-MARK_PROCESSED_AND_UNLOCK = text(
-    f"""
+MARK_PROCESSED_AND_UNLOCK = f"""
 WITH marked AS (
-    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = :row_id
+    UPDATE webhook_event SET processed_at = now(), last_error = NULL WHERE id = $1
     RETURNING CASE WHEN replayed_at IS NULL THEN extract(epoch FROM processed_at - received_at) END AS took
 )
-SELECT done.took, pg_advisory_unlock(:lock_key), {_LET_GO} FROM (SELECT max(took) AS took FROM marked) AS done
+SELECT done.took, pg_advisory_unlock($2), {_LET_GO} FROM (SELECT max(took) AS took FROM marked) AS done
 """
-)
 RECORD_ERROR_AND_UNLOCK = f"""
 WITH recorded AS (UPDATE webhook_event SET last_error = $2 WHERE id = $1 RETURNING id)
 SELECT pg_advisory_unlock($3), {_LET_GO} FROM (SELECT count(*) FROM recorded) AS done
