@@ -41,6 +41,14 @@ async def load(resources: Resources, row_id: int) -> WebhookEvent:
         return row
 
 
+async def assert_one_failed_attempt_and_no_lock(resources: Resources, row_id: int, error: str) -> None:
+    row = await load(resources, row_id)
+    assert row.processed_at is None and row.attempts == 1
+    assert row.last_error is not None and error in row.last_error
+    async with resources.db.session() as session:
+        assert await session.scalar(text(_ADVISORY_LOCKS_HELD)) == 0
+
+
 @pytest.fixture
 async def make_resources(settings: Settings) -> Any:
     opened: list[Resources] = []
@@ -115,11 +123,8 @@ async def test_an_unflushed_write_that_fails_leaves_the_event_unprocessed_and_un
     row_id = await stored_row(resources)
     with pytest.raises(Exception, match="null value"):
         await process_event(resources, row_id)
-    row = await load(resources, row_id)
-    assert row.processed_at is None and row.attempts == 1
-    assert row.last_error is not None and "IntegrityError" in row.last_error
+    await assert_one_failed_attempt_and_no_lock(resources, row_id, "IntegrityError")
     async with resources.db.session() as session:
-        assert await session.scalar(text(_ADVISORY_LOCKS_HELD)) == 0
         assert await session.scalar(select(func.count()).select_from(CronRun)) == 0
 
 
@@ -274,12 +279,7 @@ async def test_a_commit_that_fails_after_the_early_unlock_records_the_error_and_
     row_id = await stored_row(resources)
     with pytest.raises(Exception, match="duplicate key"):
         await process_event(resources, row_id)
-    row = await load(resources, row_id)
-    assert row.processed_at is None and row.attempts == 1
-    assert row.last_error is not None and "duplicate key" in row.last_error
-    async with resources.db.session() as session:
-        held = await session.scalar(text(_ADVISORY_LOCKS_HELD))
-    assert held == 0
+    await assert_one_failed_attempt_and_no_lock(resources, row_id, "duplicate key")
 
 
 async def _staged_job_ids(resources: Resources) -> list[str]:
