@@ -70,20 +70,22 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
             intake, "clerk", [clerk_event("user.created", id=f"user_{n}") for n in range(20)]
         )
 
-        async def sync_queued() -> bool:
-            async with intake.db.session() as session:
-                return bool(
-                    await session.scalar(
-                        select(BillingSync.pending).where(BillingSync.subject == "customer:cus_linked")
-                    )
-                )
-
-        await wait_for(sync_queued, 10, "the event's job to ask for the customer's sync")
         job = ArqJob(
             f"{intake.settings.redis_namespace}{sync_job_id('customer:cus_linked', 1)}",
             intake.queue.redis,  # type: ignore[attr-defined]
             _queue_name=f"{intake.settings.redis_namespace}stripe-sync-queue",
         )
+
+        async def sync_queued() -> bool:
+            # The pending row is committed before the job is queued (a reservation and a write between them):
+            # the job itself is what the checks below look at.
+            async with intake.db.session() as session:
+                pending = await session.scalar(
+                    select(BillingSync.pending).where(BillingSync.subject == "customer:cus_linked")
+                )
+            return bool(pending) and await job.status() != JobStatus.not_found
+
+        await wait_for(sync_queued, 10, "the event's job to ask for the customer's sync and queue it")
         checked_until = max(reserved + 4, time.monotonic() + 1)  # well before its turn
         while time.monotonic() < checked_until:
             assert await job.status() == JobStatus.deferred  # queued for its turn, not running in a slot
