@@ -22,6 +22,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler, Scope
 
+from app.core.commands import mount
 from app.core.errors import exit_on_settings_error
 from app.core.gc_tuning import settle_after_start_up
 from app.core.logging import configure_logging
@@ -50,7 +51,7 @@ class ModuleCLIPlugin(CLIPluginProtocol):
 
     def on_cli_init(self, cli: click.Group) -> None:
         for group in [worker_group, *(group for module in all_modules() for group in module.cli_groups)]:
-            cli.add_command(group)
+            mount(cli, group)
 
 
 async def _log_server_error(exc: Exception, scope: Scope) -> None:

@@ -1,9 +1,12 @@
 """Plumbing for synchronous CLI commands that need the database and the queue.
 
-A command group is a :class:`LitestarGroup`, so each command can ask for the
-``app`` Litestar builds for the CLI; the composition root leaves on
-``app.state.runtime`` what opens the resources a command uses (the worker's
-modules: their jobs, crons and handlers). Nothing here knows those modules.
+A module's command group is a plain :func:`click.group`; :func:`mount` adds
+it to Litestar's root group (a CLI plugin's ``on_cli_init``) through the root's
+own ``group()``, so the group is of the root's class and each command can ask
+for the ``app`` Litestar builds for the CLI, as a command added to the root
+can. The composition root leaves on ``app.state.runtime`` what opens the
+resources a command uses (the worker's modules: their jobs, crons and
+handlers). Nothing here knows those modules.
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ from typing import Any, Protocol, TypeVar
 
 import click
 from litestar import Litestar
-from litestar.cli._utils import LitestarGroup
 
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.core.settings import Settings
 
-__all__ = ["CommandRuntime", "command_group", "command_runtime", "plural", "run_with_resources", "table"]
+__all__ = ["CommandRuntime", "command_group", "command_runtime", "mount", "plural", "run_with_resources", "table"]
 
 T = TypeVar("T")
 
@@ -38,8 +40,38 @@ class CommandRuntime(Protocol):
 
 
 def command_group(name: str, help: str) -> Callable[[Callable[..., Any]], click.Group]:
-    """``@click.group`` whose commands can take ``app: Litestar`` (Litestar injects it)."""
-    return click.group(name=name, help=help, cls=LitestarGroup)
+    """``@click.group`` whose commands can take ``app: Litestar`` once :func:`mount` has added it to the CLI."""
+    return click.group(name=name, help=help)
+
+
+def mount(root: click.Group, group: click.Group) -> None:
+    """Add ``group`` and its commands under ``root``, Litestar's root group, as a group ``root.group()`` makes.
+
+    Litestar gives ``app`` to the commands of its root group and of groups of the root's class; click's
+    ``group()`` makes a subgroup of the class its parent names (``group_class``), and that class's
+    ``add_command`` gives each command ``app``. Subgroups are mounted the same way.
+    """
+    mounted = root.group(
+        name=group.name,
+        help=group.help,
+        short_help=group.short_help,
+        epilog=group.epilog,
+        params=group.params,
+        context_settings=group.context_settings,
+        invoke_without_command=group.invoke_without_command,
+        no_args_is_help=group.no_args_is_help,
+        chain=group.chain,
+        hidden=group.hidden,
+    )(group.callback or _no_op)
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            mount(mounted, command)
+        else:
+            mounted.add_command(command, name)
+
+
+def _no_op() -> None:
+    """A group's own callback, for a group made without one."""
 
 
 def command_runtime(app: Litestar) -> CommandRuntime:

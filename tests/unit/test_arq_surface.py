@@ -1,8 +1,9 @@
 """arq through its public interface only: checked from the imports and class definitions, not by grepping text.
 
-No module of the project imports a name starting with ``_`` from ``arq``, and no
-class derives from ``arq.Worker`` to replace a method whose name starts with
-``_`` (arq is in maintenance mode: a private name may change in any release).
+No class derives from ``arq.Worker`` to replace a method whose name starts with
+``_`` (arq is in maintenance mode: a private name may change in any release),
+and no module imports a private name of arq (``test_library_surface``: of any
+library).
 The one module allowed to write arq's keys, ``app/queue/arq_adapter.py``, has
 its own contract test.
 """
@@ -13,38 +14,20 @@ import ast
 import importlib
 import inspect
 import pkgutil
-from pathlib import Path
 
 import arq.worker
 
 import app
-
-ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [path for folder in ("app", "bench", "tools", "tests") for path in sorted((ROOT / folder).rglob("*.py"))]
+from tests.unit.test_library_surface import SOURCES, library_imports
 
 
-def _arq_imports(tree: ast.AST) -> list[tuple[str, str]]:
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "arq":
-            names += [(node.module, alias.name) for alias in node.names]
-        if isinstance(node, ast.Import):
-            names += [(alias.name, alias.name) for alias in node.names if alias.name.split(".")[0] == "arq"]
-    return names
-
-
-def test_no_module_imports_a_private_name_from_arq() -> None:
-    private = [
-        f"{path.relative_to(ROOT)}: from {module} import {name}"
+def test_the_project_does_use_arq_through_its_public_names() -> None:
+    used = {
+        name
         for path in SOURCES
-        for module, name in _arq_imports(ast.parse(path.read_text()))
-        if name.startswith("_") or any(part.startswith("_") for part in module.split("."))
-    ]
-    assert private == []
-
-
-def test_the_project_does_use_arq_so_the_check_above_reads_something() -> None:
-    used = {name for path in SOURCES for _, name in _arq_imports(ast.parse(path.read_text()))}
+        for module, name in library_imports(ast.parse(path.read_text()))
+        if module.split(".")[0] == "arq"
+    }
     assert {"Worker", "func", "Retry"} <= used
 
 
