@@ -6,13 +6,11 @@ from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
     Headers,
-    OpenAPIType,
-    Schema,
+    JsonSchema,
     SignatureError,
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    WebhookSignatureGuard,
     decode_payload,
     event_key_schema,
     signature_header,
@@ -47,32 +45,27 @@ def _verifier(settings: Settings) -> Verifier | None:
     return verify
 
 
-class ClerkWebhookSignatureGuard(WebhookSignatureGuard):
-    """The guard of ``POST /webhooks/clerk``: checks the svix headers against CLERK_WEBHOOK_SIGNING_SECRET."""
-
-
-BODY = Schema(
-    type=OpenAPIType.OBJECT,
-    title="ClerkEvent",
-    description="A Clerk event as Clerk sends it (through Svix); its id is the svix-id header.",
-    required=["type", "data"],
-    properties={
+BODY: JsonSchema = {
+    "type": "object",
+    "title": "ClerkEvent",
+    "description": "A Clerk event as Clerk sends it (through Svix); its id is the svix-id header.",
+    "required": ["type", "data"],
+    "properties": {
         "type": event_key_schema("user.created, organization.updated, organizationMembership.deleted..."),
-        "data": Schema(
-            type=OpenAPIType.OBJECT,
-            description="The user, organization or membership as Clerk has it (for a deletion, its id).",
-        ),
-        "object": Schema(type=OpenAPIType.STRING, const="event"),
-        "timestamp": Schema(type=OpenAPIType.INTEGER, description="Unix milliseconds: a deletion's time."),
+        "data": {
+            "type": "object",
+            "description": "The user, organization or membership as Clerk has it (for a deletion, its id).",
+        },
+        "object": {"type": "string", "const": "event"},
+        "timestamp": {"type": "integer", "description": "Unix milliseconds: a deletion's time."},
     },
-    examples=[{"object": "event", "type": "user.deleted", "timestamp": 1750000000000, "data": {"id": "user_1"}}],
-)
+    "examples": [{"object": "event", "type": "user.deleted", "timestamp": 1750000000000, "data": {"id": "user_1"}}],
+}
 
 CLERK = WebhookProvider(
     body_schema=BODY,
     body_refused="a body that is not a JSON object with a non-empty string type",
     name="clerk",
-    guard=ClerkWebhookSignatureGuard,
     build_verifier=_verifier,
     queue=QueueName.WEBHOOK_CLERK,
     signature_headers={
