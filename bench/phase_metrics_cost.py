@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 import httpx
 import psutil
 
-from app.testing.processes import free_port
 from bench import loadgen
 from bench.backlog import until_due
 from bench.deliveries import stripe_set
+from bench.harness import CLERK_QUEUES
 from bench.measures import cpu_seconds, profiler
 from bench.phase_drain import clerk_backlog, warm_up
 
@@ -51,9 +51,8 @@ def paired_cost(run: Run, what: str, costs: list[float]) -> float:
 
 async def _intake(run: Run) -> None:
     mode, secret = run.mode, run.env["STRIPE_WEBHOOK_SECRET"]
-    start = run.processes.start_uvicorn
-    on_url, on = await asyncio.to_thread(start, "api", "api-metrics-on", "app.asgi:create_app", run.env, 1)
-    off_url, off = await asyncio.to_thread(start, "api", "api-metrics-off", "app.asgi:create_app", run.env, 1, WITHOUT)
+    on_url, off_url = await asyncio.gather(run.fleet.api(), run.fleet.api(WITHOUT))
+    on, off = run.fleet.api_process(), run.fleet.api_process(WITHOUT)
     cap = 12_000 if run.use_wrk and loadgen.wrk_path() else 6_000
     rps: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}
@@ -73,8 +72,7 @@ async def _intake(run: Run) -> None:
             cpu[kind].append((cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6)
             run.log(f"  intake, metrics {kind:3s} {result.rps:8.0f} req/s  server CPU {cpu[kind][-1]:5.0f} us/request")
         await run.reset_inbox()
-    run.processes.stop(on)
-    run.processes.stop(off)
+    await run.fleet.release_api()
     run.results.update(
         metrics_intake_rps_on=statistics.median(rps["on"]),
         metrics_intake_rps_off=statistics.median(rps["off"]),
@@ -88,31 +86,27 @@ async def _intake(run: Run) -> None:
 
 async def _drain(run: Run) -> None:
     count = min(run.mode.drain_events, DRAIN_EVENTS)
-    await run.stop_workers()
     cpu: dict[str, list[float]] = {"on": [], "off": []}
     for round_no, kind in enumerate(run.mode.metrics_drains):
-        port = free_port()
-        env = {"WORKER_METRICS_PORT": str(port)} if kind == "on" else {}
-        (worker,) = await run.start_workers(1, env, WITHOUT if kind == "off" else ())
+        workers = await run.fleet.workers(1, CLERK_QUEUES, WITHOUT if kind == "off" else ())
         await warm_up(run)
         due = await clerk_backlog(run, count, f"m{round_no}")
         await until_due(due, ahead=0.2)
-        process = psutil.Process(worker.process.pid)
-        profile = profiler(run, f"worker-metrics-{kind}-{round_no}", worker, None)
-        before = process.cpu_times()
-        async with _scraping([f"http://127.0.0.1:{port}/metrics"] if kind == "on" else []):
+        processes = [psutil.Process(worker.process.pid) for worker in workers]
+        profile = profiler(run, f"worker-metrics-{kind}-{round_no}", workers[0], None)
+        before = sum(sum(process.cpu_times()[:2]) for process in processes)
+        async with _scraping([str(worker.metrics_url) for worker in workers] if kind == "on" else []):
             started = await until_due(due)
             ended = await run.wait_queue_empty(max(60.0, count / 50))
-        after = process.cpu_times()
+        used = sum(sum(process.cpu_times()[:2]) for process in processes) - before
         if profile:
             profile.cancel()
-        used = after.user + after.system - before.user - before.system
         cpu[kind].append(used / count * 1000)
         run.log(
             f"  drain, metrics {kind:3s} {count} jobs in {ended - started:6.2f} s: "
             f"{cpu[kind][-1]:5.2f} worker CPU ms/job"
         )
-        await run.stop_workers()
+        await run.fleet.release_workers()  # each round's worker a new one
         await run.reset_inbox()
     run.results.update(
         metrics_worker_cpu_ms_on=statistics.median(cpu["on"]),
