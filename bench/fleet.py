@@ -15,8 +15,9 @@ settings (``Run.env``, which point Stripe at the run's stub, ``run.stripe``).
 
 In a run that keeps its processes (``--smoke``: ``Mode.keep_processes``),
 each is started once, when a phase first needs it, and stopped at the end:
-every worker serves every queue but the crons' (so one kind fits every
-phase), a request for more workers adds them, and the releases are no-ops.
+every worker serves the queues the phases use (``KEPT_QUEUES``, so one kind
+fits every phase; a phase asking for another queue has them started again
+with it), a request for more workers adds them, and the releases are no-ops.
 Its figures then come from processes that served earlier phases, which a
 smoke run does not read. A phase whose jobs no worker may take queues them
 where no worker looks (``Run.unserved``).
@@ -32,8 +33,12 @@ from app.queue.queues import QueueName
 from app.testing.processes import free_port
 from bench.processes import Managed, Processes
 
-EVERY_QUEUE_BUT_CRONS = tuple(str(queue) for queue in QueueName if queue != QueueName.CRON)
-"""What a kept worker serves: each phase's queues (a cron tick on its own schedule would disturb the crons phase)."""
+KEPT_QUEUES = tuple(
+    str(queue)
+    for queue in (QueueName.WEBHOOK_CLERK, QueueName.WEBHOOK_STRIPE, QueueName.STRIPE_SYNC, QueueName.BILLING)
+)
+"""What a kept worker serves at first: the queues the phases' jobs use (each queue served costs an idle worker CPU
+in polls; not the crons', whose ticks on their own schedule would disturb the crons phase)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,9 @@ class Fleet:
     ) -> list[Managed]:
         """At least ``count`` workers (exactly, unless the run keeps its processes) serving ``queues`` (None:
         every queue), run by ``launcher``, polling; returns every running one."""
-        if self.keep:
-            queues = EVERY_QUEUE_BUT_CRONS
+        if self.keep:  # the kept workers' queues, and any other asked for (None: those)
+            served = self.kind.queues if self.kind is not None and self.kind.queues else KEPT_QUEUES
+            queues = (*served, *(queue for queue in queues or () if queue not in served))
         kind = WorkerKind(tuple(queues) if queues else None, tuple(launcher))
         if kind != self.kind:
             await self._stop_all()

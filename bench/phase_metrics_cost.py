@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import statistics
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -50,27 +51,21 @@ def paired_cost(run: Run, what: str, costs: list[float]) -> float:
 
 
 async def _intake(run: Run) -> None:
-    mode, secret = run.mode, run.env["STRIPE_WEBHOOK_SECRET"]
-    on_url, off_url = await asyncio.gather(run.fleet.api(), run.fleet.api(WITHOUT))
-    on, off = run.fleet.api_process(), run.fleet.api_process(WITHOUT)
-    cap = 12_000 if run.use_wrk and loadgen.wrk_path() else 6_000
+    mode = run.mode
+    urls = dict(zip(("on", "off"), await asyncio.gather(run.fleet.api(), run.fleet.api(WITHOUT)), strict=True))
     rps: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}
+    for kind in urls:  # unrecorded: a fresh API's first requests (connections, first imports) would count
+        await _load(run, kind, urls[kind], max(mode.intake_warmup_seconds, 0.5), "warm")
     for round_no in range(mode.metrics_intake_rounds):
         order = ["on", "off"] if round_no % 2 == 0 else ["off", "on"]
         for kind in order:
-            url, server = (on_url, on) if kind == "on" else (off_url, off)
-            signed = stripe_set(secret, int(mode.intake_seconds * cap) + 1000, f"m{kind}{round_no:02d}")
-            lines, template = signed.write(run.directory, f"metrics-{kind}-{round_no}")
-            cpu_before = cpu_seconds(server)
-            async with _scraping([f"{url}/metrics"] if kind == "on" else []):
-                result = await loadgen.run_closed_loop(
-                    url, lines, template, seconds=mode.intake_seconds, connections=mode.connections, use_wrk=run.use_wrk
-                )
-            lines.unlink()
-            rps[kind].append(result.rps)
-            cpu[kind].append((cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6)
-            run.log(f"  intake, metrics {kind:3s} {result.rps:8.0f} req/s  server CPU {cpu[kind][-1]:5.0f} us/request")
+            requests_per_second, cpu_us = await _load(run, kind, urls[kind], mode.intake_seconds, f"{round_no:02d}")
+            rps[kind].append(requests_per_second)
+            cpu[kind].append(cpu_us)
+            run.log(
+                f"  intake, metrics {kind:3s} {requests_per_second:8.0f} req/s  server CPU {cpu_us:5.0f} us/request"
+            )
         await run.reset_inbox()
     await run.fleet.release_api()
     run.results.update(
@@ -79,9 +74,26 @@ async def _intake(run: Run) -> None:
         metrics_intake_cpu_us_on=statistics.median(cpu["on"]),
         metrics_intake_cpu_us_off=statistics.median(cpu["off"]),
         metrics_intake_cost=paired_cost(
-            run, "intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
+            run,
+            "intake req/s",
+            [1 - on / off if off else math.nan for on, off in zip(rps["on"], rps["off"], strict=True)],
         ),
     )
+
+
+async def _load(run: Run, kind: str, url: str, seconds: float, tag: str) -> tuple[float, float]:
+    """Stripe deliveries at the intake phase's concurrency for ``seconds``: req/s, and the server's CPU per request."""
+    cap = 12_000 if run.use_wrk and loadgen.wrk_path() else 6_000
+    signed = stripe_set(run.env["STRIPE_WEBHOOK_SECRET"], int(seconds * cap) + 1000, f"m{kind}{tag}")
+    lines, template = signed.write(run.directory, f"metrics-{kind}-{tag}")
+    server = run.fleet.api_process(WITHOUT if kind == "off" else ())
+    cpu_before = cpu_seconds(server)
+    async with _scraping([f"{url}/metrics"] if kind == "on" else []):
+        result = await loadgen.run_closed_loop(
+            url, lines, template, seconds=seconds, connections=run.mode.connections, use_wrk=run.use_wrk
+        )
+    lines.unlink()
+    return result.rps, (cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6
 
 
 async def _drain(run: Run) -> None:

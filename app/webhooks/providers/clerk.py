@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
@@ -16,22 +19,30 @@ from app.webhooks.providers.base import (
     signature_header,
 )
 
+if TYPE_CHECKING:
+    from svix.webhooks import Webhook
+
 SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 
 
 def _verifier(settings: Settings) -> Verifier | None:
     if not settings.clerk_webhook_signing_secret:
         return None
-    # Imported here, by the API that verifies: the svix package loads its whole API client (0.4 s of CPU), which
-    # a worker or a command has no use for.
-    from svix.webhooks import Webhook
+    secret = settings.clerk_webhook_signing_secret
 
-    webhook = Webhook(settings.clerk_webhook_signing_secret)
+    @functools.cache
+    def webhook() -> Webhook:
+        # Imported with the first delivery: the svix package loads its whole API client (0.4 s of CPU), which a
+        # worker, a command or an API that gets no Clerk delivery has no use for.
+        from svix.webhooks import Webhook
+
+        return Webhook(secret)
 
     def verify(body: bytes, headers: Headers) -> VerifiedEvent:
         present = {name: signature_header(headers, name) for name in SVIX_HEADERS}
+        checker = webhook()
         try:
-            webhook.verify(body, present)  # returns None in svix 2.9: the body is parsed below
+            checker.verify(body, present)  # returns None in svix 2.9: the body is parsed below
         except Exception:
             # WebhookVerificationError, and whatever else hostile headers make svix raise (a signature
             # entry without a comma raises ValueError): every one is a signature that does not verify.
