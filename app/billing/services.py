@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.billing.budget import Turn
 from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
-from app.billing.stripe_objects import CustomerBilling
+from app.billing.stripe_objects import CustomerBilling, CustomerOfKind
 from app.queue.errors import PermanentError
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,16 @@ class BillingSync:
 
     workspace_id: int
     paid_seats: int
+
+
+@dataclass(frozen=True)
+class CustomerOfSync:
+    """What the sync of a subscription or an invoice found: its customer, and whether it did a customer sync's work
+    (then it covers the customer's waiting events too)."""
+
+    customer_id: str | None
+    synced: BillingSync | None = None
+    as_customer_sync: bool = False
 
 
 def paid_seats(billing: CustomerBilling, free_plan_member_limit: int) -> int:
@@ -99,6 +109,31 @@ class BillingService:
             logger.info("Stripe customer %s is linked to no workspace: nothing to sync.", customer_id)
             return None
         return await self._read_and_write(workspace_id, customer_id, read_began)
+
+    async def sync_customer_of(
+        self, kind: CustomerOfKind, object_id: str, read_began: datetime, newest_event: datetime
+    ) -> CustomerOfSync:
+        """Read the subscription or invoice for its customer, then sync that customer as ``sync_customer`` does;
+        no second read when its workspace was written from a read that began after ``newest_event`` arrived.
+        """
+        customer_id = await self.gateway.customer_of(kind, object_id, self.turn)
+        if customer_id is None:
+            logger.info("Stripe %s %s has no customer: nothing to sync.", kind, object_id)
+            return CustomerOfSync(None)
+        await BillingRepository.lock_customer(self.session, customer_id)
+        locked = await BillingRepository.lock_billing_of_customer(self.session, customer_id)
+        if locked is None:
+            logger.info(
+                "Stripe customer %s (of %s) is linked to no workspace: nothing to sync.", customer_id, object_id
+            )
+            return CustomerOfSync(customer_id, as_customer_sync=True)
+        workspace_id, synced_at = locked
+        if synced_at is not None and synced_at >= newest_event:
+            logger.info(
+                "Stripe customer %s (of %s) was read after its events arrived: no read.", customer_id, object_id
+            )
+            return CustomerOfSync(customer_id)
+        return CustomerOfSync(customer_id, await self._read_and_write(workspace_id, customer_id, read_began), True)
 
     async def link_checkout(self, session_id: str, read_began: datetime) -> BillingSync | None:
         """Link the session's customer to the workspace it names (read from Stripe), then sync that workspace.

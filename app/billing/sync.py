@@ -18,6 +18,15 @@ each other, so at most one sync of a subject is in flight (save a sync whose
 turn comes while the one before it still writes: it waits for that one's
 lock).
 
+Thin events about a subscription or an invoice billing does not hold yet
+(``thin_events.py``) name a subject that is no sync's of their customer
+(``subscription:sub_...``, ``invoice:in_...``): its sync reads the object once
+for its customer, then does what that customer's sync does (no read when the
+customer's workspace was written from a read that began after each of its
+events arrived) and, when it did, covers the customer's waiting events too,
+in the same transaction and under the customer's lock a sync of the customer
+takes: whichever comes second finds them processed.
+
 A sync that fails:
 
 - permanently (a Stripe 404): every event it covers is set aside, one alert;
@@ -56,7 +65,16 @@ from app.webhooks.processing import describe_error
 
 logger = logging.getLogger(__name__)
 
-CALLS = {"customer": 1, "checkout": 2, "dispute": 2, "refund": 2, "early_fraud_warning": 2, "charge": 1}
+CALLS = {
+    "customer": 1,
+    "checkout": 2,
+    "dispute": 2,
+    "refund": 2,
+    "early_fraud_warning": 2,
+    "charge": 1,
+    "subscription": 2,
+    "invoice": 2,
+}
 """Stripe calls a first sync of each kind of subject reserves (a sync that needs more learns it: ``calls``)."""
 STALE_MARGIN_SECONDS = 60
 """A read in flight longer than the sync's time limit and this is taken for lost (its worker died)."""
@@ -158,6 +176,10 @@ async def run_sync(resources: Resources, data: StripeSyncData) -> None:
         logger.info("Sync of %s covered %d event(s).", subject, len(processed))
 
 
+_Read = tuple[BillingSync | None, str | None]
+"""What a sync read and wrote: the workspace synced (if any), and a customer subject whose events it covers too."""
+
+
 class _Sync:
     """One run of a sync: under its subject's lock, claim the generation, read, write, cover, commit."""
 
@@ -182,37 +204,49 @@ class _Sync:
                 logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
                 return None
             self.read_began = claim.read_began
-            if not await coverage.covered_count(resources.db, subject, claim.read_began):
+            newest = await coverage.newest_covered(resources.db, subject, claim.read_began)
+            if newest is None:
                 logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
                 await repo.release_sync(subject, generation, again=False)
                 return None
-            processed = await self._read_and_write(session, claim.read_began)
+            processed = await self._read_and_write(session, claim.read_began, newest)
             await session.commit()
         await _relay(resources, session, subject)
         return processed
 
-    async def _read_and_write(self, session: Any, read_began: datetime) -> coverage.Processed:
+    async def _read_and_write(self, session: Any, read_began: datetime, newest: datetime) -> coverage.Processed:
+        """``newest``: when the latest event this sync covers arrived."""
         resources, subject, generation = self.resources, self.subject, self.generation
-        kind, _, object_id = subject.partition(":")
-        gateway, settings = stripe_gateway(resources), resources.settings
-        synced: BillingSync | None = None
-        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn)
-        mirrors = MirrorService(session, gateway, self.turn)
-        if kind == "customer":
-            synced = await billing.sync_customer(object_id, read_began)
-        elif kind == "checkout":
-            synced = await billing.link_checkout(object_id, read_began)
-        elif kind in ("dispute", "refund", "early_fraud_warning"):
-            await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
-        elif kind == "charge":
-            await mirrors.sync_refunds_of_charge(object_id, read_began)
-        else:
-            raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({subject}).")
+        synced, also_covers = await self._read(session, read_began, newest)
         if synced is not None:  # identity owns seats: it re-seats the members after the commit
             cause = f"sync:{subject}:{generation}"
             await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
         await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
-        return await coverage.mark_covered(session, subject, read_began)
+        processed = await coverage.mark_covered(session, subject, read_began)
+        if also_covers is not None:  # what the customer's own sync would have read: its events are covered too
+            processed = [*processed, *await coverage.mark_covered(session, also_covers, read_began)]
+        return processed
+
+    async def _read(self, session: Any, read_began: datetime, newest: datetime) -> _Read:
+        """Read the subject and write it: the workspace synced (if any), and a customer whose events it covers too."""
+        kind, _, object_id = self.subject.partition(":")
+        gateway, settings = stripe_gateway(self.resources), self.resources.settings
+        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn)
+        mirrors = MirrorService(session, gateway, self.turn)
+        if kind == "customer":
+            return await billing.sync_customer(object_id, read_began), None
+        if kind in ("subscription", "invoice"):
+            found = await billing.sync_customer_of(kind, object_id, read_began, newest)  # type: ignore[arg-type]
+            return found.synced, f"customer:{found.customer_id}" if found.as_customer_sync else None
+        if kind == "checkout":
+            return await billing.link_checkout(object_id, read_began), None
+        if kind in ("dispute", "refund", "early_fraud_warning"):
+            await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
+        elif kind == "charge":
+            await mirrors.sync_refunds_of_charge(object_id, read_began)
+        else:
+            raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({self.subject}).")
+        return None, None
 
 
 async def _relay(resources: Resources, session: Any, subject: str) -> None:

@@ -23,7 +23,10 @@ if TYPE_CHECKING:  # the names as re-exports, for type checkers and editors
     from app.testing.deliveries import signed_stripe_delivery as signed_stripe_delivery
     from app.testing.deliveries import stripe_event as stripe_event
     from app.testing.deliveries import stripe_object as stripe_object
+    from app.testing.deliveries import stripe_ping_event as stripe_ping_event
     from app.testing.deliveries import stripe_subscription as stripe_subscription
+    from app.testing.deliveries import stripe_thin_event as stripe_thin_event
+    from app.testing.deliveries import stripe_thin_twin as stripe_thin_twin
     from app.testing.pipeline import DeliveryTimeoutError as DeliveryTimeoutError
     from app.testing.pipeline import InboxRow as InboxRow
     from app.testing.pipeline import deliver_and_wait as deliver_and_wait
@@ -44,7 +47,10 @@ _SUBMODULES = {
         "signed_stripe_delivery",
         "stripe_event",
         "stripe_object",
+        "stripe_ping_event",
         "stripe_subscription",
+        "stripe_thin_event",
+        "stripe_thin_twin",
     ),
     "pipeline": (
         "DeliveryTimeoutError",

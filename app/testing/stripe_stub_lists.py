@@ -1,8 +1,10 @@
-"""What the Stripe stub lists and how fast it lets clients call: ``/v1/events``, expanded lists, a rate limit.
+"""What the Stripe stub lists and how fast it lets clients call: both Events APIs, expanded lists, a rate limit.
 
-A mixin of ``StripeStubState`` (its objects and lock): ``put_event`` stores an
-event the API lists (and a webhook may never have delivered), ``enforce_rate_limit``
-makes every /v1 request past N in any one second answer 429, as Stripe does.
+A mixin of ``StripeStubState`` (its objects and lock): ``put_event`` stores a
+snapshot event ``/v1/events`` lists and ``put_thin_event`` a thin one
+``/v2/core/events`` lists (events a webhook may never have delivered);
+``enforce_rate_limit`` makes every API request past N in any one second answer
+429, as Stripe does.
 """
 
 from __future__ import annotations
@@ -55,6 +57,38 @@ class StripeStubLists:
             ids = [event["id"] for event in events]
             events = events[ids.index(starting_after) + 1 :] if starting_after in ids else []
         return {"object": "list", "data": events[:limit], "has_more": len(events) > limit, "url": "/v1/events"}
+
+    def put_thin_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A thin event the v2 Events API lists (``stripe_thin_event(...)`` builds one); ``created`` orders the list."""
+        stored = copy.deepcopy(event)
+        with self._lock:
+            self._objects["v2.core.event"][str(stored["id"])] = stored
+        return copy.deepcopy(stored)
+
+    def _list_thin_events(
+        self, created_gte: str | None, created_lte: str | None, types: list[str], limit: int, page: str | None
+    ) -> dict[str, Any]:
+        """Newest first, as the v2 Events API pages them: ``next_page_url`` repeats the filters with ``page``, the
+        last id listed (``created`` compares as RFC 3339 times of one format do, as text)."""
+        with self._lock:
+            events = [copy.deepcopy(e) for e in reversed(self._objects["v2.core.event"].values())]
+        events.sort(key=lambda event: str(event["created"]), reverse=True)
+        events = [
+            event
+            for event in events
+            if (not types or event["type"] in types)
+            and (created_gte is None or str(event["created"]) >= created_gte)
+            and (created_lte is None or str(event["created"]) <= created_lte)
+        ]
+        if page is not None:
+            ids = [event["id"] for event in events]
+            events = events[ids.index(page) + 1 :] if page in ids else []
+        listed, next_page_url = events[:limit], None
+        if len(events) > limit:
+            query = [*(f"types[{n}]={name}" for n, name in enumerate(types)), f"limit={limit}"]
+            query += [f"created[{op}]={value}" for op, value in (("gte", created_gte), ("lte", created_lte)) if value]
+            next_page_url = "/v2/core/events?" + "&".join([*query, f"page={listed[-1]['id']}"])
+        return {"data": listed, "next_page_url": next_page_url, "previous_page_url": None}
 
     def _expanded_customer(self, customer: dict[str, Any]) -> dict[str, Any]:
         """``expand[]=subscriptions``: the customer's subscriptions that have not ended, newest first."""
