@@ -18,14 +18,16 @@ each other, so at most one sync of a subject is in flight (save a sync whose
 turn comes while the one before it still writes: it waits for that one's
 lock).
 
-Thin events about a subscription or an invoice billing does not hold yet
-(``thin_events.py``) name a subject that is no sync's of their customer
-(``subscription:sub_...``, ``invoice:in_...``): its sync reads the object once
-for its customer, then does what that customer's sync does (no read when the
-customer's workspace was written from a read that began after each of its
-events arrived) and, when it did, covers the customer's waiting events too,
-in the same transaction and under the customer's lock a sync of the customer
-takes: whichever comes second finds them processed.
+An event whose customer was read after it arrived costs no read, across
+subjects too: a sync that reaches a customer whose workspace was written from
+a read that began after the latest of its events arrived writes nothing and
+covers them (``BillingService.sync_customer``, asked under the customer's
+lock). Thin events about a subscription or an invoice billing does not hold
+(``thin_events.py``) have such a subject (``subscription:sub_...``,
+``invoice:in_...``): its sync reads the object once for its customer, then
+syncs that customer; of it and the customer's own sync (a snapshot twin's),
+whichever takes the customer's lock second finds it read after its events
+arrived: one customer read between them.
 
 A sync that fails:
 
@@ -42,6 +44,7 @@ A sync that fails:
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -176,10 +179,6 @@ async def run_sync(resources: Resources, data: StripeSyncData) -> None:
         logger.info("Sync of %s covered %d event(s).", subject, len(processed))
 
 
-_Read = tuple[BillingSync | None, str | None]
-"""What a sync read and wrote: the workspace synced (if any), and a customer subject whose events it covers too."""
-
-
 class _Sync:
     """One run of a sync: under its subject's lock, claim the generation, read, write, cover, commit."""
 
@@ -204,49 +203,48 @@ class _Sync:
                 logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
                 return None
             self.read_began = claim.read_began
-            newest = await coverage.newest_covered(resources.db, subject, claim.read_began)
-            if newest is None:
+            if await coverage.newest_covered(resources.db, subject, claim.read_began) is None:
                 logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
                 await repo.release_sync(subject, generation, again=False)
                 return None
-            processed = await self._read_and_write(session, claim.read_began, newest)
+            processed = await self._read_and_write(session, claim.read_began)
             await session.commit()
         await _relay(resources, session, subject)
         return processed
 
-    async def _read_and_write(self, session: Any, read_began: datetime, newest: datetime) -> coverage.Processed:
-        """``newest``: when the latest event this sync covers arrived."""
+    async def _read_and_write(self, session: Any, read_began: datetime) -> coverage.Processed:
         resources, subject, generation = self.resources, self.subject, self.generation
-        synced, also_covers = await self._read(session, read_began, newest)
+        synced = await self._read(session, read_began)
         if synced is not None:  # identity owns seats: it re-seats the members after the commit
             cause = f"sync:{subject}:{generation}"
             await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
         await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
-        processed = await coverage.mark_covered(session, subject, read_began)
-        if also_covers is not None:  # what the customer's own sync would have read: its events are covered too
-            processed = [*processed, *await coverage.mark_covered(session, also_covers, read_began)]
-        return processed
+        return await coverage.mark_covered(session, subject, read_began)
 
-    async def _read(self, session: Any, read_began: datetime, newest: datetime) -> _Read:
-        """Read the subject and write it: the workspace synced (if any), and a customer whose events it covers too."""
+    async def _read(self, session: Any, read_began: datetime) -> BillingSync | None:
+        """Read the subject and write it; the workspace synced, if any."""
         kind, _, object_id = self.subject.partition(":")
-        gateway, settings = stripe_gateway(self.resources), self.resources.settings
-        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn)
+        resources, settings = self.resources, self.resources.settings
+        gateway = stripe_gateway(resources)
+
+        def newest_event() -> Awaitable[datetime | None]:
+            return coverage.newest_covered(resources.db, self.subject, read_began)
+
+        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn, newest_event)
         mirrors = MirrorService(session, gateway, self.turn)
         if kind == "customer":
-            return await billing.sync_customer(object_id, read_began), None
+            return await billing.sync_customer(object_id, read_began)
         if kind in ("subscription", "invoice"):
-            found = await billing.sync_customer_of(kind, object_id, read_began, newest)  # type: ignore[arg-type]
-            return found.synced, f"customer:{found.customer_id}" if found.as_customer_sync else None
+            return await billing.sync_customer_of(kind, object_id, read_began)  # type: ignore[arg-type]
         if kind == "checkout":
-            return await billing.link_checkout(object_id, read_began), None
+            return await billing.link_checkout(object_id, read_began)
         if kind in ("dispute", "refund", "early_fraud_warning"):
             await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
         elif kind == "charge":
             await mirrors.sync_refunds_of_charge(object_id, read_began)
         else:
             raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({self.subject}).")
-        return None, None
+        return None
 
 
 async def _relay(resources: Resources, session: Any, subject: str) -> None:
