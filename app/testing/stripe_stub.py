@@ -54,7 +54,11 @@ def _answer(status: int, body: dict[str, Any], headers: dict[str, str] | None = 
 def _array(request: Request[Any, Any, Any], name: str) -> list[str]:
     """A list parameter as Stripe's SDK encodes it (``types[0]=a&types[1]=b``) or as ``types[]=a``."""
     prefix = f"{name}["
-    return [value for key, value in request.query_params.multi_items() if key.startswith(prefix) and key.endswith("]")]
+    query = request.query_params.multi_items()
+    items = [(key[len(prefix) : -1], value) for key, value in query if key.startswith(prefix) and key.endswith("]")]
+    listed = [(index, value) for index, value in items if index.isdigit() or not index]
+    # In the order of their indexes (a query string's order may not survive its parsing).
+    return [value for _, value in sorted(listed, key=lambda item: int(item[0] or 0))]
 
 
 def _rate_limited(retry_after: int) -> Response[Any]:
