@@ -19,6 +19,13 @@ from tests.ops.conftest import OPS_PASSWORD, OpsClient
 from tests.processes import ROOT
 
 
+def webhooks_list(env: dict[str, str]) -> str:
+    command = [sys.executable, "-m", "litestar", "--app", "app.asgi:create_app", "webhooks", "list"]
+    listed = subprocess.run(command, cwd=ROOT, env=child_env(env), capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout
+
+
 async def test_a_thin_events_related_object_is_listed_and_shown_on_its_page(
     settings_env: dict[str, str], resources: Resources
 ) -> None:
@@ -30,8 +37,7 @@ async def test_a_thin_events_related_object_is_listed_and_shown_on_its_page(
         for event in (thin, snapshot)
     }
 
-    command = [sys.executable, "-m", "litestar", "--app", "app.asgi:create_app", "webhooks", "list"]
-    listed = subprocess.run(command, cwd=ROOT, env=child_env(settings_env), capture_output=True, text=True, timeout=60)
+    listed = webhooks_list(settings_env)
     settings = load_settings({**settings_env, "OPS_PASSWORD": OPS_PASSWORD})
     async with AsyncTestClient(build_app(settings)) as client:
         ops = OpsClient(client)
@@ -39,8 +45,7 @@ async def test_a_thin_events_related_object_is_listed_and_shown_on_its_page(
         thin_page = (await client.get(f"/ops/events/{stored[thin['id']].row_id}")).text
         snapshot_page = (await client.get(f"/ops/events/{stored[snapshot['id']].row_id}")).text
 
-    assert listed.returncode == 0, listed.stderr
-    lines = listed.stdout.splitlines()
+    lines = listed.splitlines()
     row = next(n for n, line in enumerate(lines) if thin["id"][:34] in line)
     assert lines[row + 1].strip() == "related object: subscription sub_shown"
     assert sum("related object:" in line for line in lines) == 1  # the snapshot event carries its object itself
