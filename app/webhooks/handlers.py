@@ -179,6 +179,7 @@ class SyncedEvents:
     tenant_key: KeyOf = _no_tenant
     backfill: EventSource | None = None
     known: KnownKeys | None = None
+    """What the module's tables add to the body's keys when the event is stored (``stored_keys``)."""
 
     def handles(self, event_type: str) -> bool:
         return route_for(self.subjects, event_type) is not None
@@ -194,7 +195,7 @@ class SyncedEvents:
         """Only an event whose body names no subject is handled as itself: nothing says what to read."""
         raise PermanentError(
             f"{context.event.provider} {context.event.type} event {context.event.event_id} names no object to read "
-            "back (its data.object lacks the id this type is read by): nothing says what changed."
+            "back (its data.object, or a thin event's related_object, lacks a usable id): nothing says what changed."
         )
 
 
