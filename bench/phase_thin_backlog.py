@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from app.testing.deliveries import stripe_thin_event
+from app.testing.thin_deliveries import stripe_thin_event
 from bench.inbox import Stored, store_events
 from bench.phase_stripe_backlog import (
     CHECKED,

@@ -35,8 +35,8 @@ from app.testing.deliveries import (
     stripe_event,
     stripe_object,
     stripe_subscription,
-    stripe_thin_event,
 )
+from app.testing.thin_deliveries import stripe_thin_event
 from tools.dev_stripe import TRY_CHECKOUT, TRY_CUSTOMER, TRY_ORGANIZATION, TRY_SUBSCRIPTION
 
 

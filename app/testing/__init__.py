@@ -23,10 +23,7 @@ if TYPE_CHECKING:  # the names as re-exports, for type checkers and editors
     from app.testing.deliveries import signed_stripe_delivery as signed_stripe_delivery
     from app.testing.deliveries import stripe_event as stripe_event
     from app.testing.deliveries import stripe_object as stripe_object
-    from app.testing.deliveries import stripe_ping_event as stripe_ping_event
     from app.testing.deliveries import stripe_subscription as stripe_subscription
-    from app.testing.deliveries import stripe_thin_event as stripe_thin_event
-    from app.testing.deliveries import stripe_thin_twin as stripe_thin_twin
     from app.testing.pipeline import DeliveryTimeoutError as DeliveryTimeoutError
     from app.testing.pipeline import InboxRow as InboxRow
     from app.testing.pipeline import deliver_and_wait as deliver_and_wait
@@ -35,6 +32,9 @@ if TYPE_CHECKING:  # the names as re-exports, for type checkers and editors
     from app.testing.pipeline import read_inbox_row as read_inbox_row
     from app.testing.stripe_stub import StripeStub as StripeStub
     from app.testing.stripe_stub import stripe_stub_fixture as stripe_stub_fixture
+    from app.testing.thin_deliveries import stripe_ping_event as stripe_ping_event
+    from app.testing.thin_deliveries import stripe_thin_event as stripe_thin_event
+    from app.testing.thin_deliveries import stripe_thin_twin as stripe_thin_twin
 
 _SUBMODULES = {
     "deliveries": (
@@ -47,11 +47,9 @@ _SUBMODULES = {
         "signed_stripe_delivery",
         "stripe_event",
         "stripe_object",
-        "stripe_ping_event",
         "stripe_subscription",
-        "stripe_thin_event",
-        "stripe_thin_twin",
     ),
+    "thin_deliveries": ("stripe_ping_event", "stripe_thin_event", "stripe_thin_twin"),
     "pipeline": (
         "DeliveryTimeoutError",
         "InboxRow",

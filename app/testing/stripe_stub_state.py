@@ -14,8 +14,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from app.testing.deliveries import RELATED_PATHS, stripe_object, stripe_subscription
+from app.testing.deliveries import stripe_object, stripe_subscription
 from app.testing.stripe_stub_lists import StripeStubLists
+from app.testing.thin_deliveries import RELATED_PATHS
 
 __all__ = ["SEGMENTS", "THIN_EVENTS", "StripeStubState"]
 

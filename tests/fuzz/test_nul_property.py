@@ -41,9 +41,10 @@ from app.billing.events_api import STRIPE_EVENT_TYPES, STRIPE_THIN_EVENT_TYPES
 from app.core.settings import load_settings
 from app.queue.errors import RetryLater
 from app.runtime import WORKER_MODULES, open_resources
-from app.testing.deliveries import clerk_event, random_id, stripe_event, stripe_object, stripe_thin_event
+from app.testing.deliveries import clerk_event, random_id, stripe_event, stripe_object
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
+from app.testing.thin_deliveries import stripe_thin_event
 from app.webhooks.processing import process_event
 from tests.processes import logged_api_process
 from tests.webhooks.conftest import inbox_rows
