@@ -57,6 +57,8 @@ def list_command(app: Litestar, provider: str | None, status: str | None, tenant
             f"{event.id:>8}  {event.provider:<8}  {event.event_id[:34]:<34}  {event.type[:36]:<36}  "
             f"{event.state:<9}  {event.attempts:>5}  {event.received_at:%Y-%m-%d %H:%M:%S}  {event.tenant_key or ''}"
         )
+        if event.related_object:  # a thin event: what it is about, which its sync reads
+            click.echo(f"{'':>10}related object: {event.related_object}")
         if event.last_error and event.processed_at is None:
             click.echo(f"{'':>10}last error: {event.last_error[:200]}")
     click.echo(f"{plural(len(events), 'event')}.")

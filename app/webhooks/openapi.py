@@ -17,8 +17,8 @@ from typing import Any
 
 from litestar.enums import ParamType
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Operation, Parameter, RequestBody, Schema
 from litestar.openapi.spec import OpenAPIMediaType as MediaTypeObject
-from litestar.openapi.spec import OpenAPIType, Operation, Parameter, RequestBody, Schema
 
 from app.webhooks.providers.base import JsonSchema, WebhookProvider
 
@@ -65,10 +65,14 @@ def schema(described: JsonSchema) -> Schema:
         name = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
         if name == "type":
             value = OpenAPIType(value)
+        elif name == "format":
+            value = OpenAPIFormat(value)
         elif name == "properties":
             value = {field: schema(inner) for field, inner in value.items()}
         elif name == "items":
             value = schema(value)
+        elif name in ("one_of", "any_of", "all_of"):
+            value = [schema(inner) for inner in value]
         fields[name] = value
     return Schema(**fields)
 

@@ -33,6 +33,7 @@ JsonSchema = Mapping[str, Any]
 """A JSON Schema as the OpenAPI document writes it (``type``, ``properties``, ``minLength``...)."""
 
 __all__ = [
+    "MAX_FIELD_CHARS",
     "MAX_SIGNATURE_HEADER_BYTES",
     "Headers",
     "JsonSchema",
@@ -74,3 +75,7 @@ class WebhookProvider:
 
     queue: QueueName = QueueName.WEBHOOK
     """The queue of its events' jobs: a provider of its own (``app/queue/queues.py``) never waits behind another's."""
+
+    check_handled_body: Callable[[VerifiedEvent], None] | None = None
+    """What a verified body of a type a loaded module handles must carry beyond an id and a type
+    (:class:`PayloadError`: 400, nothing stored); run by the route's verifier (``checking_handled``)."""
