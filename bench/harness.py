@@ -144,6 +144,7 @@ class Run:
                 # High enough to admit every bench request: the limiter still runs its script per request.
                 "WEBHOOK_RATE_LIMIT_PER_MINUTE": "100000000",
                 "WORKER_SHUTDOWN_GRACE_SECONDS": "5",
+                "WORKER_MAX_JOBS": str(self.mode.worker_max_jobs),
                 "LOG_FORMAT": "json",
                 "LOG_LEVEL": "info",
             }
