@@ -15,18 +15,14 @@ import signal
 import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from app.billing.handlers import STRIPE_EVENTS
 from app.core.settings import load_settings
-from app.identity.handlers import CLERK_EVENTS
 from app.identity.models import AppUser
 from app.runtime import open_resources
 from app.testing import (
-    Delivery,
     clerk_event,
     signed_clerk_delivery,
     signed_stripe_delivery,
@@ -38,8 +34,7 @@ from app.testing.processes import child_env
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
-from app.webhooks.payload import decode_payload
-from tests.billing.conftest import workspace_row
+from tests.billing.conftest import store, workspace_row
 from tests.factories import WorkspaceFactory, persist
 from tests.processes import ROOT, wait_for
 
@@ -59,21 +54,6 @@ finally:
 """
 
 
-async def stored(resources: Any, provider: str, delivery: Delivery) -> int:
-    """The delivery stored as the intake stores it (its tenant and sync subject); its row id."""
-    handlers = STRIPE_EVENTS if provider == "stripe" else CLERK_EVENTS
-    keys = handlers.keys(delivery.event_type, decode_payload(delivery.body))
-    row = await Inbox(resources.db).store(
-        provider,
-        delivery.event_id,
-        delivery.event_type,
-        delivery.body.decode(),
-        tenant_key=keys.tenant,
-        sync_subject=keys.subject,
-    )
-    return row.row_id
-
-
 async def test_a_worker_processes_stripe_and_clerk_events_without_loading_litestar(
     settings_env: dict[str, str], stripe_stub: StripeStub, webhook_secrets: dict[str, str], tmp_path: Path
 ) -> None:
@@ -88,7 +68,7 @@ async def test_a_worker_processes_stripe_and_clerk_events_without_loading_litest
             stripe_event("customer.subscription.updated", subscription), webhook_secrets["stripe"]
         )
         clerk = signed_clerk_delivery(clerk_event("user.created", id="user_imports"), webhook_secrets["clerk"])
-        rows = {"stripe": await stored(resources, "stripe", stripe), "clerk": await stored(resources, "clerk", clerk)}
+        rows = {"stripe": await store(resources, stripe), "clerk": await store(resources, clerk, "clerk")}
         for provider, row_id in rows.items():
             assert await queue_processing(resources.queue, provider, row_id)
 
