@@ -11,6 +11,7 @@ from app.core.module import FeatureModule
 from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.redis import make_redis
 from app.core.resources import Resources
+from app.queue.queues import STARTER_QUEUES
 from app.webhooks.cli import webhooks_group
 from app.webhooks.controllers import webhook_route
 from app.webhooks.crons import (
@@ -65,6 +66,7 @@ def build_webhooks_module(providers: Sequence[WebhookProvider] = PROVIDERS) -> F
                 [ProcessWebhookEventJob, *(processing_job(p.name, p.queue) for p in providers), WebhookBackfillJob]
             )
         ),
+        queues=list(dict.fromkeys(p.queue for p in providers if p.queue not in STARTER_QUEUES)),
         crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob, WebhookBackfillCronJob],
         cli_groups=[webhooks_group],
         models=[WebhookEvent],

@@ -28,7 +28,7 @@ __all__ = ["stripe_stub", "stripe_stub_server"]
 
 pytestmark = pytest.mark.slow
 
-QUEUES = "webhook-stripe-queue,stripe-sync-queue,billing-queue"
+QUEUES = "webhook-stripe-queue,stripe-sync-queue,identity-queue"
 REQUEST_ID = "req-correlation-7"
 
 
