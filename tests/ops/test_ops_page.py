@@ -105,6 +105,16 @@ async def test_the_overview_shows_the_databases_counts(
     assert not ops.other_hosts()
     await screenshot(ops.page, "ops-overview.png", tmp_path)
 
+    # Each count is a link to what is behind it: the refusals by reason, the events of that state.
+    for provider in shown:
+        for name in (*COUNTED, "refused_1h"):
+            assert await ops.page.locator(f'#inbox tr[data-provider="{provider}"] [data-count="{name}"] a').count() == 1
+    refusals = ops.page.locator('#refused-stripe tr[data-reason="rejected_signature"] [data-label="Refused"]')
+    assert await refusals.inner_text() == "2"
+    await ops.page.locator('#inbox tr[data-provider="stripe"] [data-count="processed_24h"] a').click()
+    listed = await listed_rows(ops)
+    assert [state for _, state in listed] == ["processed"] * known.counts["stripe"]["processed_24h"]
+
 
 async def test_the_events_list_filters_and_pages(ops: OpsPage, resources: Resources) -> None:
     known = await seed_known_events(resources)
