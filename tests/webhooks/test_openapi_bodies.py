@@ -51,7 +51,7 @@ async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
         document = (await client.get("/schema/openapi.json")).json()
         routes = webhook_operations(document)
         assert {route.provider for route in routes.values()} == {"stripe", "clerk"}
-        assert other_post_paths(document) == [NOTE_PATH]
+        assert NOTE_PATH in other_post_paths(document) and NOTE_PATH not in routes
         stripe_body, clerk_body = request_body(document, "stripe"), request_body(document, "clerk")
         assert (stripe_body["type"], stripe_body["required"]) == ("object", ["id", "type"])
         assert non_empty_string(stripe_body["properties"]["id"])
