@@ -91,10 +91,10 @@ screenshots: install browser  ## the operations page's pictures in docs/images, 
 		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
 		-k "overview_shows or phone_sized or try_it"
 
-lint: install  ## ruff and mypy on the code, then on every python block of README.md and docs/
+lint: install  ## ruff and mypy on the code and the tests, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
-	@$(BIN)/mypy app bench tools
+	@$(BIN)/mypy app bench tools tests
 	@$(BIN)/python -m tools.doc_blocks
 
 format: install

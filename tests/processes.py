@@ -98,7 +98,7 @@ def logged_api_process(env: Mapping[str, str], log_path: Path, factory: str = "a
         stop(process)
 
 
-def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+def stop(process: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
     if process.poll() is None:
         process.send_signal(sig)
         try:

@@ -44,7 +44,7 @@ class PipelineState:
 
 
 async def read_state(
-    resources: Resources, worker_crons: dict[str, type[CronJob]], queues: Sequence[str]
+    resources: Resources, worker_crons: dict[str, type[CronJob]], queues: Sequence[str] = tuple(QueueName)
 ) -> PipelineState:
     inbox = Inbox(resources.db)
     state = PipelineState(inbox=await inbox.unprocessed_counts(), tenants=await inbox.queue_tenants())
