@@ -37,7 +37,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from subprocess import PIPE, STDOUT
 from typing import Any
@@ -264,22 +264,28 @@ def image(engine: None) -> str:
     return IMAGE
 
 
+@contextlib.asynccontextmanager
+async def empty_database(base_url: str, prefix: str) -> AsyncIterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    url = await create_database(base_url, name)
+    try:
+        yield url
+    finally:
+        await drop_database(base_url, name)
+
+
 @pytest.fixture
-async def image_database(base_database_url: str) -> Any:
+async def image_database(base_database_url: str) -> AsyncIterator[str]:
     """An empty database: the `migrate` container creates the schema."""
-    name = f"image_{uuid.uuid4().hex[:12]}"
-    url = await create_database(base_database_url, name)
-    yield url
-    await drop_database(base_database_url, name)
+    async with empty_database(base_database_url, "image") as url:
+        yield url
 
 
 @pytest.fixture
-async def restored_database(base_database_url: str) -> Any:
+async def restored_database(base_database_url: str) -> AsyncIterator[str]:
     """An empty database the backup is restored into."""
-    name = f"restored_{uuid.uuid4().hex[:12]}"
-    url = await create_database(base_database_url, name)
-    yield url
-    await drop_database(base_database_url, name)
+    async with empty_database(base_database_url, "restored") as url:
+        yield url
 
 
 @pytest.fixture
