@@ -53,7 +53,10 @@ class JobRegistry:
         taken = queue_names(self.modules)
         for queue in module.queues:
             if not queue or queue != queue.strip() or "," in queue:
-                raise SettingsError(f"Module {module.name!r} declares queue {queue!r}: a queue's name has no comma.")
+                raise SettingsError(
+                    f"Module {module.name!r} declares queue {queue!r}: name it with no comma and no surrounding space "
+                    "(--queues takes a comma-separated list), e.g. 'invoices-queue'."
+                )
             if queue in taken:
                 raise SettingsError(
                     f"Module {module.name!r} declares queue {queue!r}, which is taken already (by the starter or "

@@ -163,8 +163,9 @@ def test_dev_secrets_are_generated_once_and_the_environment_wins(
 
 
 def _sleeper(pidfile: Path) -> str:
-    code = f"import os, pathlib, time; pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))"
-    code += "; time.sleep(300)"
+    # Written aside, then renamed: a reader that sees the file sees the whole pid (the file could be empty else).
+    code = f"import os, pathlib, time; pathlib.Path({str(pidfile)!r} + '.tmp').write_text(str(os.getpid()))"
+    code += f"; os.replace({str(pidfile)!r} + '.tmp', {str(pidfile)!r}); time.sleep(300)"
     return shlex.join([sys.executable, "-c", code])
 
 
