@@ -200,7 +200,7 @@ def fast_suite(tree: Path, env: Mapping[str, str], without_system_deps: bool) ->
 
 def fuzz(tree: Path, env: Mapping[str, str], basetemp: Path) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}"]
-    command += ["tests/fuzz", f"--fuzz-examples={FUZZ_EXAMPLES}"]
+    command += ["tests/fuzz/test_intake_fuzz.py", f"--fuzz-examples={FUZZ_EXAMPLES}"]
     return subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
