@@ -27,8 +27,11 @@ from there make the same files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -195,21 +198,33 @@ def fast_suite(tree: Path, env: Mapping[str, str], without_system_deps: bool) ->
     (tree / ".venv").symlink_to(VENV, target_is_directory=True)
     command = ["make", "--no-print-directory", "-o", ".venv/.installed", "test-fast"]
     command += ["NO_SYSTEM_DEPS=1"] if without_system_deps else []
-    return subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return started(command, tree, env)
 
 
 def fuzz(tree: Path, env: Mapping[str, str], basetemp: Path) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}"]
     command += ["tests/fuzz/test_intake_fuzz.py", f"--fuzz-examples={FUZZ_EXAMPLES}"]
-    return subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return started(command, tree, env)
+
+
+def started(command: list[str], tree: Path, env: Mapping[str, str]) -> subprocess.Popen[str]:
+    """In a session of its own, so that ending it ends its pytest processes too (``stop``)."""
+    pipe, out = subprocess.PIPE, subprocess.STDOUT
+    return subprocess.Popen(command, cwd=tree, env=env, stdout=pipe, stderr=out, text=True, start_new_session=True)
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    """Kill it and its pytest processes; what it printed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.communicate()[0]
 
 
 def finished(name: str, process: subprocess.Popen[str]) -> str:
     try:
         output, _ = process.communicate(timeout=SUITE_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
+        output = stop(process)
         raise AssertionError(f"{name} in the copy took over {SUITE_TIMEOUT_SECONDS} s:\n{output[-6000:]}") from None
     assert process.returncode == 0, f"{name} in the copy, where the guides were followed, failed:\n{output[-6000:]}"
     return output
@@ -225,8 +240,8 @@ def run_suites(tree: Path, env: Mapping[str, str], work: Path, without_system_de
         print(f"copy's make test-fast: {finished('make test-fast', suite).strip().splitlines()[-1]}")
     finally:
         for process in (suite, fuzzing):
-            if process.poll() is None:
-                process.kill()
+            if process.poll() is None:  # the other one failed: this one's result no longer matters
+                stop(process)
     print(f"the copy's suites took {time.monotonic() - started:.0f} s")
 
 
