@@ -11,7 +11,8 @@ and beside it the intake fuzz (slow, so not in `make test-fast`), which holds
 a property of every route the API serves, a route a guide adds included. So a
 guide that breaks any test of the project fails this one. The copy runs on
 this checkout's virtualenv (nothing is installed) with `make test`'s own
-xdist settings. The copies, the databases and the test's Redis keys are
+xdist settings, on a Postgres of its own (embedded) beside the test's Redis.
+The copies, the databases, the embedded server and the test's Redis keys are
 removed at the end. The models and jobs guides build the invoices example;
 the testing guide's examples are test files a reader creates and runs, on
 their own.
@@ -46,6 +47,7 @@ from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
 
 from app.testing.processes import child_env
+from tools import embedded
 from tools.doc_blocks import (
     EXAMPLE_GUIDES,
     Block,
@@ -310,11 +312,19 @@ def test_the_models_jobs_and_testing_guides_run_as_written_and_the_whole_suite_p
         # The copy's whole fast suite, the guides' own test files among it, and the fuzz.
         without_system_deps = bool(pytestconfig.getoption("without_system_deps", default=False))
         # As in a fresh clone: no DATABASE_URL nor REDIS_URL (the suite makes its own databases and key prefixes).
+        # Its Postgres is one of its own (embedded, not durable): a suite within the suite would otherwise take
+        # twice the connections of the test server, whose limit (100 by default) the outer run needs.
         suite_env = {
             key: value for key, value in env.items() if key not in ("DATABASE_URL", "REDIS_URL", "REDIS_NAMESPACE")
         }
         assert all(in_the_fast_suite(followed, name) for name in guide_test_files(ROOT))
-        run_suites(followed, {**suite_env, "PYTHONPATH": str(followed)}, Path(tmp), without_system_deps)
+        servers = Path(tmp) / "servers"
+        try:
+            database = embedded.ensure_postgres(servers, database="test", durable=False)
+            suite_env |= {"TEST_DATABASE_URL": database, "PYTHONPATH": str(followed)}
+            run_suites(followed, suite_env, Path(tmp), without_system_deps)
+        finally:
+            embedded.stop_all(servers)
 
         # And where a reader has followed them (outside git every file of the copy counts as tracked, as if the
         # reader had committed the guides' files): `make lint` checks the documents' blocks in that tree,
