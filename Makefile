@@ -115,7 +115,7 @@ cli: install  ## any Litestar CLI command against the dev services, e.g. make cl
 psql: install  ## a psql shell on the development database (embedded when DATABASE_URL is unset); SQL="..." runs one statement
 	@$(BIN)/python -m tools.psql
 
-send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API; SAMPLE=checkout: the try-it pair
+send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API; SAMPLE=checkout: the try-it pair; SAMPLE=thin: a Stripe thin event
 	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) $(if $(SAMPLE),--sample $(SAMPLE)) --url http://$(HOST):$(PORT)
 
 stripe-stub: install  ## the local Stripe API `make dev` uses with its generated key, serving the try-it checkout

@@ -58,6 +58,8 @@ def list_command(
             f"{event.id:>8}  {event.provider:<8}  {event.event_id[:34]:<34}  {event.type[:36]:<36}  "
             f"{event.state:<9}  {event.attempts:>5}  {event.received_at:%Y-%m-%d %H:%M:%S}  {event.tenant_key or ''}"
         )
+        if event.related_object:  # a thin event: what it is about, which its sync reads
+            click.echo(f"{'':>10}related object: {event.related_object}")
         if event.last_error and event.processed_at is None:
             error = event.last_error if verbose else cut_at_word(event.last_error, SHORT_ERROR_CHARS)
             click.echo(f"{'':>10}last error: " + error.replace("\n", "\n" + " " * 22))

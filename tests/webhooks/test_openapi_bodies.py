@@ -64,10 +64,20 @@ async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
         assert headers == {"svix-id", "svix-timestamp", "svix-signature"}
         stripe_400 = document["paths"]["/webhooks/stripe"]["post"]["responses"]["400"]["description"]
         assert "non-empty string id and type" in stripe_400
+        assert "thin event of a handled type without a related_object" in stripe_400
+        # Both payload styles of Stripe's event destinations: snapshot and thin.
+        snapshot, thin = stripe_body["oneOf"]
+        assert (snapshot["title"], snapshot["properties"]["object"]["const"]) == ("StripeSnapshotEvent", "event")
+        assert (thin["title"], thin["properties"]["object"]["const"]) == ("StripeThinEvent", "v2.core.event")
+        assert thin["required"] == ["object", "related_object"]
+        assert thin["properties"]["related_object"]["required"] == ["id", "type"]
+        assert non_empty_string(thin["properties"]["related_object"]["properties"]["id"])
 
         # Signed, each documented example is received; signed, a body lacking what the schema requires is not.
-        for provider, schema in (("stripe", stripe_body), ("clerk", clerk_body)):
-            (example,) = schema["examples"]
+        examples = [("stripe", example) for example in stripe_body["examples"]]
+        examples += [("clerk", example) for example in clerk_body["examples"]]
+        assert [example["object"] for _, example in examples[:2]] == ["event", "v2.core.event"]
+        for provider, example in examples:
             for body, status in (
                 (example, 200),
                 ({}, 400),
@@ -77,3 +87,8 @@ async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
                 raw, signature = signed(provider, body, webhook_secrets[provider])
                 answer = await client.post(f"/webhooks/{provider}", content=raw, headers=signature)
                 assert answer.status_code == status, (provider, body, answer.text)
+        thin_example = stripe_body["examples"][1]
+        for related in ({}, {"id": "in_1"}, {"type": "invoice"}, {"id": 7, "type": "invoice"}, "in_1"):
+            raw, signature = signed("stripe", {**thin_example, "related_object": related}, webhook_secrets["stripe"])
+            answer = await client.post("/webhooks/stripe", content=raw, headers=signature)
+            assert answer.status_code == 400, (related, answer.text)
