@@ -29,13 +29,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from app.identity.jobs import IDENTITY_QUEUE
 from app.queue.queues import QueueName
 from app.testing.processes import free_port
 from bench.processes import Managed, Processes
 
-KEPT_QUEUES = tuple(
-    str(queue)
-    for queue in (QueueName.WEBHOOK_CLERK, QueueName.WEBHOOK_STRIPE, QueueName.STRIPE_SYNC, QueueName.BILLING)
+KEPT_QUEUES = (
+    *(str(queue) for queue in (QueueName.WEBHOOK_CLERK, QueueName.WEBHOOK_STRIPE, QueueName.STRIPE_SYNC)),
+    IDENTITY_QUEUE,
 )
 """What a kept worker serves at first: the queues the phases' jobs use (each queue served costs an idle worker CPU
 in polls; not the crons', whose ticks on their own schedule would disturb the crons phase)."""

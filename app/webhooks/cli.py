@@ -15,6 +15,8 @@ from app.webhooks.backfill import backfill, event_sources, parse_since, parse_ti
 from app.webhooks.inbox import STATES, EventRecord, Inbox, State
 from app.webhooks.operations import OperatorError, Outcome
 
+SHORT_ERROR_CHARS = 200
+"""``webhooks list`` cuts a last error to about this many characters, at a word, unless ``--verbose``."""
 # "abandoned" is what these states were called before "set_aside"; still accepted.
 if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
     from litestar import Litestar
@@ -41,7 +43,10 @@ def retry_abandoned_command(app: Litestar) -> None:
 @click.option("--status", type=click.Choice(list(_STATE_NAMES)), help="Only events in this state.")
 @click.option("--tenant", help="Only this tenant's events (a Stripe customer cus_..., a Clerk org:... or user:...).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
-def list_command(app: Litestar, provider: str | None, status: str | None, tenant: str | None, limit: int) -> None:
+@click.option("--verbose", "-v", is_flag=True, help="Each unprocessed event's last error whole, not cut.")
+def list_command(
+    app: Litestar, provider: str | None, status: str | None, tenant: str | None, limit: int, verbose: bool
+) -> None:
     state = _STATE_NAMES[status] if status else None
 
     async def work(resources: Resources) -> list[EventRecord]:
@@ -60,8 +65,19 @@ def list_command(app: Litestar, provider: str | None, status: str | None, tenant
         if event.related_object:  # a thin event: what it is about, which its sync reads
             click.echo(f"{'':>10}related object: {event.related_object}")
         if event.last_error and event.processed_at is None:
-            click.echo(f"{'':>10}last error: {event.last_error[:200]}")
+            error = event.last_error if verbose else cut_at_word(event.last_error, SHORT_ERROR_CHARS)
+            click.echo(f"{'':>10}last error: " + error.replace("\n", "\n" + " " * 22))
     click.echo(f"{plural(len(events), 'event')}.")
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` on one line, cut before the word that would pass ``limit`` (a word longer than half of it is cut)."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[:limit]
+    space = cut.rfind(" ")
+    return f"{cut[:space] if space > limit // 2 else cut} ... (--verbose: the whole error)"
 
 
 Action = Callable[[Resources, str, str | None], Awaitable[Outcome]]

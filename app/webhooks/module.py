@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.module import ApiPart, FeatureModule
+from app.queue.queues import STARTER_QUEUES
 from app.webhooks.cli import webhooks_group
 from app.webhooks.crons import (
     WebhookBackfillCronJob,
@@ -30,6 +31,7 @@ def build_webhooks_module(
                 [ProcessWebhookEventJob, *(processing_job(p.name, p.queue) for p in providers), WebhookBackfillJob]
             )
         ),
+        queues=list(dict.fromkeys(p.queue for p in providers if p.queue not in STARTER_QUEUES)),
         crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob, WebhookBackfillCronJob],
         cli_groups=[webhooks_group],
         models=[WebhookEvent],

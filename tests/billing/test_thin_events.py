@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -120,7 +120,7 @@ async def billing_state(resources: Resources, workspace_id: int) -> dict[str, An
     state: dict[str, Any] = {column: getattr(row, column) for column in BILLING_COLUMNS}
     async with resources.db.session() as session:
         for model in MIRRORS:
-            mirrored = (await session.scalars(select(model).order_by(model.stripe_id))).all()
+            mirrored: Sequence[Any] = (await session.scalars(select(model).order_by(model.stripe_id))).all()
             state[model.__tablename__] = [
                 (m.stripe_id, m.workspace_id, m.status, m.amount, m.currency, m.reason) for m in mirrored
             ]
@@ -196,8 +196,8 @@ async def test_an_unknown_related_object_is_read_once_through_the_budget(
     assert [path for _, path in stripe_stub.requests] == ["/v1/subscriptions/sub_unknown", "/v1/customers/cus_unknown"]
     assert (REGISTRY.get_sample_value("stripe_api_budget_wait_seconds_count") or 0.0) - waits_before == 2
     for row_id in rows:
-        record = await Inbox(worker.db).get(row_id)
-        assert record is not None and record.processed_at is not None
+        stored = await Inbox(worker.db).get(row_id)
+        assert stored is not None and stored.processed_at is not None
     row = await workspace_row(worker, workspace.id)
     assert (row.subscription_id, row.seat_quantity, row.member_limit) == ("sub_unknown", 8, 8)
 

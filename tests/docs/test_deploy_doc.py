@@ -86,6 +86,7 @@ def test_the_guides_build_command_is_what_make_image_runs() -> None:
             "--no-print-directory",
             "-n",
             "image",
+            "IMAGE=saas-jobs-inbox:v1.0.0",
             "DOCKER=/usr/bin/docker",
             "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt",
         ],
@@ -94,7 +95,7 @@ def test_the_guides_build_command_is_what_make_image_runs() -> None:
         text=True,
         check=True,
     ).stdout
-    make_runs = " ".join(ran.replace("\\\n", " ").split())
+    (make_runs,) = [" ".join(line.split()) for line in ran.replace("\\\n", " ").splitlines() if " build " in line]
     builds = [" ".join(line.split()) for line in lines("Building the image") if " build " in line]
     assert builds == [make_runs]
 
@@ -118,7 +119,7 @@ def test_the_proxy_site_bounds_headers_and_bodies_and_reaches_the_published_api(
         assert re.fullmatch(r"\d+s", single[timeout]) and int(single[timeout][:-1]) <= BODY_TIMEOUT_SECONDS
     assert single["client_max_body_size"] == f"{load_settings({}).webhook_max_body_bytes // 1_048_576}m"
     compose = yaml.safe_load((ROOT / "deploy" / "compose.yml").read_text())["services"]["app"]
-    assert compose["ports"] == ["${API_PORT:-8000}:8000"]
+    assert compose["ports"] == ["${API_PORT:-127.0.0.1:8000}:8000"]
     port = compose["command"][compose["command"].index("--port") + 1]
     assert single["proxy_pass"] == f"http://127.0.0.1:{port}"
     assert headers["X-Forwarded-For"] == "$proxy_add_x_forwarded_for"

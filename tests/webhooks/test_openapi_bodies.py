@@ -1,4 +1,8 @@
-"""The OpenAPI document says what a valid delivery of each provider carries, and the routes hold to it."""
+"""The OpenAPI document says what a valid delivery of each provider carries, and the routes hold to it.
+
+The API is built with a SaaS developer's own POST route beside the webhook routes (``tests/webhook_routes.py``):
+the webhook routes are found by their tag, and the developer's is not one of them.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from svix.webhooks import Webhook
 
 from app.asgi import build_app
 from app.core.settings import Settings
+from app.runtime import API_MODULES
+from tests.webhook_routes import NOTE_PATH, NOTES, other_post_paths, webhook_operations
 
 
 def request_body(document: dict[str, Any], provider: str) -> dict[str, Any]:
@@ -41,8 +47,11 @@ def signed(provider: str, body: dict[str, Any], secret: str) -> tuple[bytes, dic
 async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
     settings: Settings, webhook_secrets: dict[str, str]
 ) -> None:
-    async with AsyncTestClient(build_app(settings)) as client:
+    async with AsyncTestClient(build_app(settings, [*API_MODULES, NOTES])) as client:
         document = (await client.get("/schema/openapi.json")).json()
+        routes = webhook_operations(document)
+        assert {route.provider for route in routes.values()} == {"stripe", "clerk"}
+        assert NOTE_PATH in other_post_paths(document) and NOTE_PATH not in routes
         stripe_body, clerk_body = request_body(document, "stripe"), request_body(document, "clerk")
         assert (stripe_body["type"], stripe_body["required"]) == ("object", ["id", "type"])
         assert non_empty_string(stripe_body["properties"]["id"])

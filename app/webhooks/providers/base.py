@@ -73,8 +73,9 @@ class WebhookProvider:
     body_refused: str = "a body that is not a JSON object"
     """What in a signed body is answered 400, for that answer's description in the OpenAPI document."""
 
-    queue: QueueName = QueueName.WEBHOOK
-    """The queue of its events' jobs: a provider of its own (``app/queue/queues.py``) never waits behind another's."""
+    queue: str = QueueName.WEBHOOK
+    """The queue of its events' jobs: a provider's own never waits behind another's. A name the starter does not
+    list (``app/queue/queues.py``) is declared by the webhooks module, which runs the job."""
 
     check_handled_body: Callable[[VerifiedEvent], None] | None = None
     """What a verified body of a type a loaded module handles must carry beyond an id and a type
