@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
+from advanced_alchemy.extensions.litestar import SQLAlchemyAsyncConfig, SQLAlchemyPlugin
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -23,10 +23,11 @@ from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler, Scope
 
 from app.core.commands import mount
+from app.core.db import Database
 from app.core.errors import exit_on_settings_error
 from app.core.gc_tuning import settle_after_start_up
 from app.core.logging import configure_logging
-from app.core.module import FeatureModule
+from app.core.module import ApiPart, FeatureModule
 from app.core.request_body import AppRequest
 from app.core.request_context import request_context_middleware
 from app.core.resources import Resources
@@ -66,15 +67,15 @@ async def _log_server_error(exc: Exception, scope: Scope) -> None:
 
 
 def _lifespan(
-    resources: Resources, modules: Sequence[FeatureModule]
+    resources: Resources, parts: Mapping[str, ApiPart]
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             stack.push_async_callback(resources.close)
-            for module in modules:
-                if module.lifespan is not None:
-                    await stack.enter_async_context(module.lifespan(app.state, resources))
+            for part in parts.values():
+                if part.lifespan is not None:
+                    await stack.enter_async_context(part.lifespan(app.state, resources))
             settle_after_start_up()
             yield
 
@@ -95,30 +96,45 @@ def build_app(
     init_sentry(settings, "api")
     resources = open_resources(settings, modules, statement_timeout_seconds=API_STATEMENT_TIMEOUT_SECONDS)
     runtime = Runtime(settings)
+    parts = {module.name: module.api_part() for module in modules}
     return Litestar(
-        route_handlers=_route_handlers(modules, resources),
-        dependencies=_dependencies(resources, runtime, modules, dependencies or {}),
-        plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin()],
+        route_handlers=_route_handlers(parts, resources),
+        dependencies=_dependencies(resources, runtime, parts, dependencies or {}),
+        plugins=[_database_plugin(resources.db), ModuleCLIPlugin()],
         middleware=[request_context_middleware],
         request_class=AppRequest,
-        lifespan=[_lifespan(resources, modules)],
+        lifespan=[_lifespan(resources, parts)],
         after_exception=[_log_server_error],
         logging_config=None,
         state=State({"runtime": runtime}),
         debug=False,
         request_max_body_size=settings.webhook_max_body_bytes,
         openapi_config=OPENAPI,
-        template_config=_templates(modules),
+        template_config=_templates(parts),
     )
 
 
-def _templates(modules: Sequence[FeatureModule]) -> TemplateConfig[JinjaTemplateEngine] | None:
-    directories: list[Path | PathLike[Any] | str] = [path for module in modules for path in module.template_dirs]
+def _database_plugin(db: Database) -> SQLAlchemyPlugin:
+    """advanced-alchemy's plugin over the process's one engine (a ``db_session`` per request, the ``database``
+    commands), with the shared config's metadata, sessions and Alembic settings."""
+    shared = db.config
+    config = SQLAlchemyAsyncConfig(
+        engine_instance=db.engine,
+        before_send_handler="autocommit",
+        metadata=shared.metadata,
+        session_config=shared.session_config,
+        alembic_config=shared.alembic_config,
+    )
+    return SQLAlchemyPlugin(config=config)
+
+
+def _templates(parts: Mapping[str, ApiPart]) -> TemplateConfig[JinjaTemplateEngine] | None:
+    directories: list[Path | PathLike[Any] | str] = [path for part in parts.values() for path in part.template_dirs]
     return TemplateConfig(directory=directories, engine=JinjaTemplateEngine) if directories else None
 
 
 def _dependencies(
-    resources: Resources, runtime: Runtime, modules: Sequence[FeatureModule], replaced: Mapping[str, Provide]
+    resources: Resources, runtime: Runtime, parts: Mapping[str, ApiPart], replaced: Mapping[str, Provide]
 ) -> dict[str, Provide]:
     """What a route can be injected with, by parameter name: the process's own, then each module's providers.
 
@@ -130,10 +146,10 @@ def _dependencies(
         "resources": Provide(lambda: resources, sync_to_thread=False),
         "worker_modules": Provide(lambda: runtime.worker_modules, sync_to_thread=False),
     }
-    for module in modules:
-        for name, provider in module.dependencies.items():
+    for module, part in parts.items():
+        for name, provider in part.dependencies.items():
             if name in provided:
-                raise SettingsError(f"Module {module.name!r} provides {name!r}, which is provided already: rename one.")
+                raise SettingsError(f"Module {module!r} provides {name!r}, which is provided already: rename one.")
             provided[name] = provider
     unknown = sorted(set(replaced) - set(provided))
     if unknown:
@@ -141,12 +157,12 @@ def _dependencies(
     return {**provided, **replaced}
 
 
-def _route_handlers(modules: Sequence[FeatureModule], resources: Resources) -> list[ControllerRouterHandler]:
+def _route_handlers(parts: Mapping[str, ApiPart], resources: Resources) -> list[ControllerRouterHandler]:
     handlers: list[ControllerRouterHandler] = []
-    for module in modules:
-        handlers += module.route_handlers
-        if module.route_factory is not None:
-            handlers += module.route_factory(resources)
+    for part in parts.values():
+        handlers += part.route_handlers
+        if part.route_factory is not None:
+            handlers += part.route_factory(resources)
     return handlers
 
 

@@ -117,7 +117,10 @@ def main() -> None:
         if name not in {field.name for field in dataclasses.fields(Mode)} or name == "name":
             parser.error(f"--set {item!r}: no mode field {name!r}")
         current = getattr(mode, name)
-        overrides[name] = tuple(value.split(",")) if isinstance(current, tuple) else type(current)(value)
+        if isinstance(current, bool):
+            overrides[name] = value.lower() in ("1", "true", "yes")
+        else:
+            overrides[name] = tuple(value.split(",")) if isinstance(current, tuple) else type(current)(value)
     mode = dataclasses.replace(mode, **overrides)
     phases = [phase.strip() for phase in args.phases.split(",") if phase.strip()]
     unknown = sorted(set(phases) - set(PHASES))

@@ -1,6 +1,6 @@
 """Backlogs that become due at one instant: what the drain phases time, through arq's own due times.
 
-The workers are started first and seen polling (``Run.start_workers``). A
+The workers are started first and seen polling (``run.fleet.workers``). A
 backlog is then queued with one common due time a little ahead (``due_in``):
 every job is encoded with a delay and then given that fixed instant as its due
 time (the delay alone would drift by the time between two clock reads), so each

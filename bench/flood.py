@@ -87,7 +87,7 @@ async def drain_flood(
     for both (the flood within ``count / 10`` s and a minute)."""
     events = [membership(FLOOD_ORG, n, tag) for n in range(count)]
     rows = await store_events(run, "clerk", events)
-    profile = profiler(run, f"worker-flood-{tag}", run.workers[0], None)  # --profile: py-spy of the worker
+    profile = profiler(run, f"worker-flood-{tag}", run.fleet.running[0], None)  # --profile: py-spy of the worker
     queued_at = time.time()
     await queue_now(run, rows)
     sending = asyncio.create_task(_deliver(run, probes, rate)) if probes else None
@@ -101,7 +101,7 @@ async def drain_flood(
 
 
 async def _deliver(run: Run, probes: Requests, rate: float) -> list[loadgen.Sent]:
-    host, _, port = run.api_url.removeprefix("http://").partition(":")
+    host, _, port = (await run.fleet.api()).removeprefix("http://").partition(":")
     return await loadgen.paced(host, int(port), probes, rate=rate, connections=8)
 
 

@@ -19,8 +19,11 @@
 8. metrics_cost (``bench/phase_metrics_cost.py``): the metrics' cost to the intake
    and a worker.
 
-Backlogs become due at one instant through the product's queue (``bench/backlog.py``);
-workers serve the queues a phase names (``Run.start_workers``).
+Backlogs become due at one instant through the product's queue (``bench/backlog.py``).
+A phase asks the run's fleet for the API and the workers it needs (``bench/fleet.py``:
+``await run.fleet.api()``, ``await run.fleet.workers(count, queues=...)``), which
+read the run's Stripe stub (``run.stripe``, ``bench/stripe.py``); work no worker may
+take goes through ``run.unserved``, a namespace no worker polls.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,9 +48,11 @@ from app.core.settings import load_settings
 from app.queue.queues import QueueName
 from app.runtime import open_resources
 from app.testing.deliveries import generate_whsec
+from bench.fleet import Fleet
 from bench.jobs import CREATE_ITEM_TABLE, PING_JOBS, BenchItem, ready_key
 from bench.modes import Mode
 from bench.processes import ROOT, Managed, Processes
+from bench.stripe import BacklogStripeStub, stripe_env
 
 __all__ = ["CLERK_QUEUES", "DEFAULT_DATABASE_URL", "DEFAULT_REDIS_URL", "ROOT", "Run"]
 
@@ -93,11 +98,11 @@ class Run:
     env: dict[str, str] = field(init=False)
     processes: Processes = field(init=False)
     resources: Resources = field(init=False)
+    unserved: Resources = field(init=False)  # the same, queueing where no worker polls
     pool: asyncpg.Pool = field(init=False)
     redis: Redis = field(init=False)
-    api_url: str = field(init=False)
-    api: Managed | None = None
-    workers: list[Managed] = field(default_factory=list)
+    stripe: BacklogStripeStub = field(init=False)
+    fleet: Fleet = field(init=False)
     cpu_ms: dict[str, float] = field(default_factory=dict)
     machine_cores: dict[str, float] = field(default_factory=dict)  # cores busy machine-wide during a drain
     pipeline_cores: dict[str, float] = field(default_factory=dict)  # ... by the workers, Postgres and Redis
@@ -119,8 +124,10 @@ class Run:
             await admin.close()
         self.db_url = make_url(self.database_url).set(database=self.db_name).render_as_string(hide_password=False)
         self.redis = Redis.from_url(self.redis_url, socket_timeout=10)
+        self.stripe = BacklogStripeStub()
         resources_opened = False
         try:
+            self.stripe.start()
             await asyncio.to_thread(_migrate, self.db_url)
             self.pool = await asyncpg.create_pool(self.db_dsn, min_size=1, max_size=4)
             await self.pool.execute(CREATE_ITEM_TABLE)
@@ -133,21 +140,27 @@ class Run:
                 "STRIPE_WEBHOOK_SECRET": secrets["stripe"],
                 "CLERK_WEBHOOK_SIGNING_SECRET": secrets["clerk"],
                 "STRIPE_API_KEY": "sk_test_bench",
-                "STRIPE_API_BASE": "http://127.0.0.1:9",  # nothing ever reaches Stripe from a bench
+                **stripe_env(self.stripe),  # nothing ever reaches Stripe from a bench
                 # High enough to admit every bench request: the limiter still runs its script per request.
                 "WEBHOOK_RATE_LIMIT_PER_MINUTE": "100000000",
                 "WORKER_SHUTDOWN_GRACE_SECONDS": "5",
+                "WORKER_MAX_JOBS": str(self.mode.worker_max_jobs),
                 "LOG_FORMAT": "json",
                 "LOG_LEVEL": "info",
-                "WORKER_METRICS_PORT": "0",  # several workers on one host; the metrics phase gives its own a port
             }
             self.resources = open_resources(load_settings(self.env), ())
+            unserved = {**self.env, "REDIS_NAMESPACE": f"{self.namespace}unserved:"}
+            self.unserved = open_resources(load_settings(unserved), ())
             resources_opened = True
+            keep = self.mode.keep_processes
+            self.fleet = Fleet(self.processes, self.env, keep, self.api_workers, self._wait_workers_ready)
             yield
         finally:
             self.processes.stop_all()
+            self.stripe.stop()
             if resources_opened:
                 await self.resources.close()
+                await self.unserved.close()
             with contextlib.suppress(Exception):
                 await self.pool.close()
             await self.drop_redis_keys()
@@ -198,61 +211,15 @@ class Run:
                     raise
                 await asyncio.sleep(0.2)
 
-    async def start_api(self) -> None:
-        self.api_url, self.api = await asyncio.to_thread(
-            self.processes.start_uvicorn, "api", "api", "app.asgi:create_app", self.env, self.api_workers
-        )
-
-    async def stop_api(self) -> None:
-        if self.api is not None:
-            await asyncio.to_thread(self.processes.stop, self.api)
-            self.api = None
-
-    # ------------------------------------------------------------------ workers
-
-    async def start_worker(self) -> Managed:
-        return (await self.start_workers(1))[0]
-
-    async def start_workers(
-        self,
-        count: int,
-        env: Mapping[str, str] | None = None,
-        launcher: Sequence[str] = (),
-        queues: Sequence[str] | None = CLERK_QUEUES,
-    ) -> list[Managed]:
-        """``count`` more worker processes, started together and seen polling; ``env``: settings over the run's
-        (a phase's own); ``launcher``: what runs them (``Processes.start_worker``); ``queues``: the ones they serve
-        (None: every queue of the loaded modules)."""
-        started = []
-        for _ in range(count):
-            name = f"worker{len(self.workers) + 1}"
-            worker = await asyncio.to_thread(
-                self.processes.start_worker,
-                name,
-                {**self.env, **(env or {})},
-                ["--module", "bench.jobs:MODULE"],
-                launcher,
-                queues,
-            )
-            self.workers.append(worker)
-            started.append(worker)
-        await self._wait_workers_ready(str(queues[0]) if queues else CLERK_QUEUE)
-        return started
-
-    async def stop_workers(self) -> None:
-        for worker in list(self.workers):
-            await asyncio.to_thread(self.processes.stop, worker)
-        self.workers = []
-
-    async def _wait_workers_ready(self, queue: str, within: float = 60.0) -> None:
-        """Queue ping jobs on ``queue`` until every worker process has run one: then each is polling."""
+    async def _wait_workers_ready(self, workers: list[Managed], queue: str, within: float = 60.0) -> None:
+        """Queue ping jobs on ``queue`` until every one of ``workers`` has run one: then each is polling."""
         key = ready_key(self.namespace)
         await self.redis.delete(key)
-        wanted = {str(worker.process.pid) for worker in self.workers}
+        wanted = {str(worker.process.pid) for worker in workers}
         deadline = time.monotonic() + within
         n = 0
         while time.monotonic() < deadline:
-            for worker in self.workers:
+            for worker in workers:
                 if worker.process.poll() is not None:
                     raise RuntimeError(f"{worker.name} exited with {worker.process.returncode}: see {worker.log}")
             seen = {member.decode() for member in await self.redis.smembers(key)}  # type: ignore[misc]

@@ -16,7 +16,10 @@ class Mode:
     drain_events: int
     crons_processed: int
     crons_pending: int
-    pipeline_rate: float = 200.0
+    pipeline_load: float = 0.5  # the pipeline's steady load, as a share of one worker's Clerk drain rate just measured
+    pipeline_reference_events: int = 5_000  # that drain, at most (fewer when drain_events is smaller)
+    keep_processes: bool = False  # start each process once, keep it for every phase (bench/fleet.py)
+    worker_max_jobs: int = 20  # WORKER_MAX_JOBS, the product's default (each job in flight holds a connection or two)
     connections: int = 64
     reference_drains_2w: bool = True  # the no-op and UPDATE jobs by two workers too (for the record)
     drain_rounds: int = 1  # one worker's Clerk and reference drains, in mirrored order: rates over all rounds
@@ -64,6 +67,9 @@ MODES = {
         adapter_rounds=1,
         metrics_intake_rounds=1,
         metrics_drains=("on", "off"),
+        keep_processes=True,
+        worker_max_jobs=5,  # its kept workers serve every phase: fewer connections to a shared Postgres
+        connections=16,  # the intake's: its kept API's pool grows to as many
     ),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
     "full": Mode(

@@ -1,7 +1,8 @@
 """Phase adapter: the product's arq adapter against arq's own ``ArqRedis.enqueue_job``, side by side.
 
 The same N jobs (encoded once per try, outside the clock) queued, in this
-process, on the run's Redis, with no worker running, five ways:
+process, on the run's Redis, where no worker looks (``Run.unserved``; and
+none runs, but in a run that keeps its workers), five ways:
 
 - ``arq``: arq's ``enqueue_job``, one job a call (WATCH, EXISTS, then MULTI/EXEC
   on a pinned connection: three round trips), due now;
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, cast
 
 from app.queue.arq_adapter import DISPATCH_FUNCTION
 from app.queue.arq_driver import ArqQueue
-from app.queue.encoded import EncodedJob, encode_jobs, job_kwargs
+from app.queue.encoded import EncodedJob, encode_jobs, job_kwargs, namespaced
 from bench.jobs import BenchItem, BenchNoopJob
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ Queueing = Callable[["Run", Sequence[EncodedJob]], Awaitable[int]]
 
 
 async def adapter(run: Run) -> None:
-    await run.stop_workers()  # nothing takes the jobs: only the queueing is timed
+    await run.fleet.release_workers()  # none polls Redis meanwhile (its CPU is measured)
     mode = run.mode
     samples: dict[str, list[tuple[float, float, float]]] = {way: [] for way in WAYS}
     for round_no in range(mode.adapter_rounds):
@@ -75,7 +76,7 @@ async def _try(run: Run, way: str, round_no: int) -> tuple[float, float, float]:
     queued = await QUEUEING[way](run, jobs)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_before
     redis = await _redis_cpu(run) - redis_before
-    waiting = await run.redis.zcard(run.queue_key(str(BenchNoopJob.queue)))
+    waiting = await run.redis.zcard(namespaced(run.unserved.settings, str(BenchNoopJob.queue)))
     if queued != count or waiting != count:
         raise RuntimeError(f"adapter phase, {way}: {queued} of {count} jobs queued, {waiting} waiting")
     return wall / count * 1e6, cpu / count * 1e6, redis / count * 1e6
@@ -86,7 +87,7 @@ def _encode(run: Run, tag: str, count: int, *, fair: bool) -> list[EncodedJob]:
     items = [(BenchItem(id=n), f"adapter:{tag}:{n}", None) for n in range(count)]
     tenants = [f"tenant{n % TENANTS}" for n in range(count)]
     delay = None if fair else timedelta(0)  # a delay, even 0, places the job at its due time, as arq does
-    return encode_jobs(run.resources.settings, BenchNoopJob, items, delay=delay, tenant_keys=tenants)
+    return encode_jobs(run.unserved.settings, BenchNoopJob, items, delay=delay, tenant_keys=tenants)
 
 
 async def _redis_cpu(run: Run) -> float:
@@ -96,7 +97,7 @@ async def _redis_cpu(run: Run) -> float:
 
 
 def _queue(run: Run) -> ArqQueue:
-    return cast(ArqQueue, run.resources.queue)
+    return cast(ArqQueue, run.unserved.queue)
 
 
 async def _arq(run: Run, jobs: Sequence[EncodedJob]) -> int:
@@ -108,7 +109,7 @@ async def _arq(run: Run, jobs: Sequence[EncodedJob]) -> int:
             job.name,
             job.data,
             _job_id=job.job_id,
-            _queue_name=run.queue_key(job.queue),
+            _queue_name=namespaced(run.unserved.settings, job.queue),
             _expires=timedelta(milliseconds=job.expires_after_ms),
             **job_kwargs(job),
         )

@@ -1,6 +1,7 @@
 """Phase 4, crons: a large inbox bulk-loaded with SQL; one recovery tick and each retention batch timed.
 
-Both run in this process with the product's own functions (``app.webhooks.maintenance``).
+Both run in this process with the product's own functions (``app.webhooks.maintenance``); the recovery
+queues where no worker looks (``Run.unserved``).
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ async def crons(run: Run) -> None:
     oldest = await run.pool.fetchval("SELECT min(received_at) FROM webhook_event WHERE processed_at IS NULL")
     idle_now = oldest + timedelta(seconds=run.resources.settings.webhook_recovery_after_seconds)
     started = time.perf_counter()
-    idle = await maintenance.recover(run.resources, now=idle_now)
+    idle = await maintenance.recover(run.unserved, now=idle_now)
     idle_ms = (time.perf_counter() - started) * 1000
     # The tick that matters: every stuck event due and not queued (e.g. after a Redis loss).
     started = time.perf_counter()
-    report = await maintenance.recover(run.resources)
+    report = await maintenance.recover(run.unserved)
     tick_ms = (time.perf_counter() - started) * 1000
     if report.requeued != mode.crons_pending or idle.requeued:
         run.notes.append(f"recovery requeued {report.requeued} of {mode.crons_pending} (idle tick: {idle.requeued})")
@@ -73,7 +74,7 @@ async def crons(run: Run) -> None:
     batches: list[float] = []
     with _timed_statements(batches):
         started = time.perf_counter()
-        deleted = await maintenance.delete_old_processed(run.resources)
+        deleted = await maintenance.delete_old_processed(run.unserved)
         total = time.perf_counter() - started
     if deleted != mode.crons_processed:
         run.notes.append(f"retention deleted {deleted} of {mode.crons_processed} rows")

@@ -22,6 +22,7 @@ import psutil
 
 from bench.backlog import Due, due_in, queue_due, queue_events_due, until_due
 from bench.deliveries import clerk_mix
+from bench.harness import CLERK_QUEUES
 from bench.inbox import store_events
 from bench.jobs import ITEM_TABLE, BenchItem, BenchNoopJob, BenchUpdateJob
 from bench.measures import profiler, service_cpu_seconds
@@ -32,8 +33,7 @@ if TYPE_CHECKING:
 
 async def drain(run: Run) -> None:
     count = run.mode.drain_events
-    if not run.workers:
-        await run.start_worker()
+    await run.fleet.workers(1, CLERK_QUEUES)
     await warm_up(run)
     kinds = ("clerk", "update", "noop")
     rates: dict[str, list[float]] = {kind: [] for kind in kinds}
@@ -66,16 +66,24 @@ async def drain(run: Run) -> None:
         drain_2w_machine_bound=min(2.0, (os.cpu_count() or 1) / max(run.pipeline_cores["clerk 1w"], 0.01)),
     )
 
-    await run.start_worker()
+    await run.fleet.workers(2, CLERK_QUEUES)
     await warm_up(run)
     run.results["drain_eps_2w"] = await _clerk_drain(run, count, "clerk 2w", "d2", "2 workers")
     if run.mode.reference_drains_2w:
         noop2, update2 = await _reference_drains(run, "2w")
         run.results.update(noop_eps_2w=noop2, update_eps_2w=update2)
-    for worker in list(run.workers):
-        run.processes.stop(worker)
-    run.workers = []
+    await run.fleet.release_workers()
     await run.reset_inbox()
+
+
+async def one_worker_clerk_drain(run: Run, label: str, tag: str) -> tuple[float, float]:
+    """What the drain phase measures first, as a reference for another phase: one worker (warmed up) draining a
+    Clerk backlog (``pipeline_reference_events`` at most); its rate (events/s) and worker CPU (ms per event)."""
+    await run.fleet.workers(1, CLERK_QUEUES)
+    await warm_up(run)
+    rate = await _clerk_drain(run, min(run.mode.drain_events, run.mode.pipeline_reference_events), label, tag, label)
+    await run.reset_inbox()
+    return rate, run.cpu_ms[label]
 
 
 def overall_rate(rates: list[float]) -> float:
@@ -95,8 +103,9 @@ async def _drain(run: Run, label: str, count: int, due: Due) -> float:
     """Time the backlog due at ``due`` until the queue is empty; the CPU counters are read just before."""
     timeout = max(60.0, count / 50)
     await until_due(due, ahead=0.2)
-    profile = profiler(run, f"worker-{label}", run.workers[0], None) if run.profile else None
-    cpu = [psutil.Process(worker.process.pid) for worker in run.workers]
+    workers = run.fleet.running
+    profile = profiler(run, f"worker-{label}", workers[0], None) if run.profile else None
+    cpu = [psutil.Process(worker.process.pid) for worker in workers]
     cpu_before = [process.cpu_times() for process in cpu]
     services_before = service_cpu_seconds()
     psutil.cpu_percent()

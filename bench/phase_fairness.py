@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bench.flood import drain_flood, membership, probe_count, record, signed_memberships
+from bench.harness import CLERK_QUEUES
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -26,11 +27,9 @@ WARM_UP_FLOOD, WARM_UP_PROBES = 100, 5
 
 async def fairness(run: Run) -> None:
     mode = run.mode
-    await run.stop_workers()
+    await run.fleet.api()
+    await run.fleet.workers(1, CLERK_QUEUES)
     await run.reset_inbox()
-    if run.api is None:
-        await run.start_api()
-    await run.start_workers(1)
     # Warm up the worker and the API (connections, prepared statements), then the flood alone, then with the others.
     await drain_flood(run, WARM_UP_FLOOD, "fw", _probes(run, WARM_UP_PROBES, WARM_UP_PROBES, "fw"), "clerk", 10.0)
     await run.reset_inbox()
@@ -40,8 +39,8 @@ async def fairness(run: Run) -> None:
     flood, probed = await drain_flood(run, mode.fairness_flood, "fb", probes, "clerk", mode.fairness_probe_rate)
     record(run, "fairness", alone, flood, probed)
     run.results["fairness_orgs"] = min(mode.fairness_orgs, len(probes))
-    await run.stop_workers()
-    await run.stop_api()
+    await run.fleet.release_workers()
+    await run.fleet.release_api()
     await run.reset_inbox()
 
 

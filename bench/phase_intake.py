@@ -23,7 +23,7 @@ async def intake(run: Run) -> None:
     mode = run.mode
     ceiling_env = {**run.env, "BENCH_CEILING_DSN": run.db_dsn}
     ceiling_env["REDIS_NAMESPACE"] = f"{run.namespace}ceiling:"
-    api_task = asyncio.create_task(run.start_api())
+    api_task = asyncio.create_task(run.fleet.api())
     ceiling_url, ceiling = await asyncio.to_thread(
         run.processes.start_uvicorn,
         "ceiling",
@@ -32,7 +32,7 @@ async def intake(run: Run) -> None:
         ceiling_env,
         run.api_workers,
     )
-    await api_task
+    api_url = await api_task
     generator = "wrk" if run.use_wrk and loadgen.wrk_path() else "python"
     run.results["load_generator"] = generator
     if generator == "python" and run.use_wrk:
@@ -41,8 +41,7 @@ async def intake(run: Run) -> None:
     cap = 12_000 if generator == "wrk" else 6_000  # deliveries per second a set is sized for
     runs: dict[str, list[loadgen.LoadResult]] = {"product": [], "ceiling": []}
     cpu: dict[str, list[float]] = {"product": [], "ceiling": []}
-    assert run.api is not None
-    servers = {"product": run.api, "ceiling": ceiling}
+    servers = {"product": run.fleet.api_process(), "ceiling": ceiling}
     counter = 0
 
     async def measure(target: str, url: str, seconds: float, record: bool) -> None:
@@ -71,7 +70,7 @@ async def intake(run: Run) -> None:
         if result.wraps:
             run.notes.append(f"{target} intake ran out of pre-signed deliveries ({result.wraps} wraps)")
 
-    targets = {"product": run.api_url, "ceiling": ceiling_url}
+    targets = {"product": api_url, "ceiling": ceiling_url}
     for round_no in range(mode.intake_rounds):
         order = ["product", "ceiling"] if round_no % 2 == 0 else ["ceiling", "product"]
         for target in order:
@@ -103,7 +102,7 @@ async def intake(run: Run) -> None:
     clerk = clerk_set(run.env["CLERK_WEBHOOK_SIGNING_SECRET"], int(mode.intake_seconds * cap) + 1000, "ci")
     lines, template = clerk.write(run.directory, "clerk-intake")
     result = await loadgen.run_closed_loop(
-        run.api_url,
+        api_url,
         lines,
         template,
         seconds=mode.intake_seconds,

@@ -1,6 +1,6 @@
 """Phase isolation: a Clerk flood holds up no Stripe event (each provider's events on a queue of their own).
 
-One worker serving every queue, the Stripe stub as Stripe (``STRIPE_API_RATE_LIMIT_PER_SECOND=20``). A
+One worker serving every queue, the run's Stripe stub as Stripe (``STRIPE_API_RATE_LIMIT_PER_SECOND=20``). A
 flood of ``isolation_flood`` Clerk membership events of one organization is
 queued at once (``bench/flood.py``); then ``customer.subscription.updated``
 events of other customers (each linked to a workspace, with a subscription in
@@ -21,7 +21,7 @@ from app.testing.deliveries import stripe_event, stripe_subscription
 from app.testing.stripe_stub import StripeStub
 from bench.deliveries import sign_stripe
 from bench.flood import drain_flood, probe_count, record
-from bench.phase_stripe_backlog import BacklogStripeStub, add_workspaces, link_customer, stub_env
+from bench.phase_stripe_backlog import add_workspaces, link_customer
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -30,24 +30,22 @@ WARM_UP_FLOOD, WARM_UP_PROBES = 100, 5
 
 
 async def isolation(run: Run) -> None:
-    mode = run.mode
-    await run.stop_workers()
+    mode, stub = run.mode, run.stripe
+    await run.fleet.api()
+    await run.fleet.workers(1, queues=None)
     await run.reset_inbox()
-    with BacklogStripeStub() as stub:
-        if run.api is None:
-            await run.start_api()
-        await run.start_workers(1, stub_env(stub), queues=None)
-        # Warm up the worker and the API (connections, prepared statements), then the flood alone, then with Stripe.
-        probes = await _probes(run, stub, WARM_UP_PROBES, "w")
-        await drain_flood(run, WARM_UP_FLOOD, "iw", probes, "stripe", mode.isolation_probe_rate)
-        await run.reset_inbox()
-        alone, _ = await drain_flood(run, mode.isolation_flood, "ia")
-        await run.reset_inbox()
-        probes = await _probes(run, stub, probe_count(mode.isolation_probe_rate, alone.seconds), "p")
-        flood, probed = await drain_flood(run, mode.isolation_flood, "ib", probes, "stripe", mode.isolation_probe_rate)
-        record(run, "isolation", alone, flood, probed)
-        await run.stop_workers()
-    await run.stop_api()
+    stub.reset()
+    # Warm up the worker and the API (connections, prepared statements), then the flood alone, then with Stripe.
+    probes = await _probes(run, stub, WARM_UP_PROBES, "w")
+    await drain_flood(run, WARM_UP_FLOOD, "iw", probes, "stripe", mode.isolation_probe_rate)
+    await run.reset_inbox()
+    alone, _ = await drain_flood(run, mode.isolation_flood, "ia")
+    await run.reset_inbox()
+    probes = await _probes(run, stub, probe_count(mode.isolation_probe_rate, alone.seconds), "p")
+    flood, probed = await drain_flood(run, mode.isolation_flood, "ib", probes, "stripe", mode.isolation_probe_rate)
+    record(run, "isolation", alone, flood, probed)
+    await run.fleet.release_workers()
+    await run.fleet.release_api()
     await run.reset_inbox()
 
 

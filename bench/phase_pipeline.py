@@ -1,6 +1,9 @@
 """Phase 2, pipeline: Clerk events at a steady rate through the API and one worker.
 
-The latency of an event runs from its 200 to its row's ``processed_at``.
+The rate is a share (``Mode.pipeline_load``, a half) of the rate at which the
+same worker has just drained a backlog of Clerk events, so the load asks the
+same of a slow or busy host as of a quiet one. The latency of an event runs
+from its 200 to its row's ``processed_at``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from bench import loadgen
 from bench.deliveries import clerk_mix, sign_clerk
+from bench.harness import CLERK_QUEUES
 from bench.measures import percentile
+from bench.phase_drain import one_worker_clerk_drain
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -19,16 +24,16 @@ if TYPE_CHECKING:
 
 async def pipeline(run: Run) -> None:
     mode = run.mode
-    if run.api is None:
-        await run.start_api()
-    if not run.workers:
-        await run.start_worker()
-    total = int(mode.pipeline_rate * (mode.pipeline_seconds + mode.pipeline_warmup_seconds))
-    skip = int(mode.pipeline_rate * mode.pipeline_warmup_seconds)
+    api_url = await run.fleet.api()
+    await run.fleet.workers(1, CLERK_QUEUES)
+    drain_rate, drain_cpu_ms = await one_worker_clerk_drain(run, "clerk pipeline reference", "pr")
+    rate = mode.pipeline_load * drain_rate
+    total = int(rate * (mode.pipeline_seconds + mode.pipeline_warmup_seconds))
+    skip = int(rate * mode.pipeline_warmup_seconds)
     events = clerk_mix(total, "p", seed=11)
     requests = sign_clerk(run.env["CLERK_WEBHOOK_SIGNING_SECRET"], events)
-    host, _, port = run.api_url.removeprefix("http://").partition(":")
-    sent = await loadgen.paced(host, int(port), requests, rate=mode.pipeline_rate)
+    host, _, port = api_url.removeprefix("http://").partition(":")
+    sent = await loadgen.paced(host, int(port), requests, rate=rate)
     answered = {item.event_id: item for item in sent if item.status == 200}
     if len(answered) < total:
         run.notes.append(f"pipeline: {total - len(answered)} of {total} deliveries not answered 200")
@@ -62,11 +67,12 @@ async def pipeline(run: Run) -> None:
         pipeline_max_ms=max(latencies, default=float("nan")),
         pipeline_events=len(latencies),
         pipeline_intake_p99_ms=percentile([item.latency * 1000 for item in sent], 0.99),
+        pipeline_offered_eps=rate,
+        pipeline_reference_eps=drain_rate,
+        pipeline_reference_cpu_ms=drain_cpu_ms,
     )
     run.log(
-        f"  pipeline {len(latencies)} events at {mode.pipeline_rate:g}/s: p50 "
-        f"{run.results['pipeline_p50_ms']:.1f} ms, p99 {run.results['pipeline_p99_ms']:.1f} ms"
+        f"  pipeline {len(latencies)} events at {rate:.0f}/s ({mode.pipeline_load:g} x one worker's drain, "
+        f"{drain_rate:.0f}/s): p50 {run.results['pipeline_p50_ms']:.1f} ms, p99 {run.results['pipeline_p99_ms']:.1f} ms"
     )
-    if run.api is not None:  # the API's connections are not needed any more
-        run.processes.stop(run.api)
-        run.api = None
+    await run.fleet.release_api()

@@ -21,7 +21,6 @@ Every workspace must end as the stub has it.
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,40 +34,20 @@ from app.testing.stripe_stub import StripeStub
 from bench.backlog import due_in, queue_events_due, until_due
 from bench.inbox import Stored, store_events
 from bench.measures import profiler
+from bench.phase_drain import one_worker_clerk_drain
+from bench.stripe import BUDGET_PER_SECOND, STUB_LIMIT_PER_SECOND
 
 if TYPE_CHECKING:
     from bench.harness import Run
 
-BUDGET_PER_SECOND = 20  # STRIPE_API_RATE_LIMIT_PER_SECOND of the workers
-STUB_LIMIT_PER_SECOND = 25  # what the stub lets through, like Stripe's own limit above the budget
 WORKERS = 2
 STRIPE_QUEUES = (str(QueueName.WEBHOOK_STRIPE), str(QueueName.STRIPE_SYNC))
 """What the Stripe backlog's workers serve: the Stripe events' queue and the syncs'."""
-_ENDED = frozenset({"canceled", "incomplete_expired"})
 CHECKED = ("subscription_id", "subscription_status", "seat_quantity", "cancel_at_period_end", "member_limit")
 """The workspace's columns checked against the stub's state after a drain."""
 Expected = dict[str, dict[str, Any]]
 Seeder = Callable[["Run", StripeStub, int, int], Awaitable[tuple[Expected, list[Stored]]]]
 """(run, stub, events, customers) -> each customer's expected columns, and the inbox rows (not queued yet)."""
-
-
-class BacklogStripeStub(StripeStub):
-    """The test kit's stub, finding a customer's subscriptions before copying them.
-
-    The kit's ``_expanded_customer`` deep-copies every stored subscription on each
-    expanded read (about 0.25 s per read with 1,000 customers), which would make the
-    stub, not the budget, what the drain waits for. Same answers, found first.
-    """
-
-    def _expanded_customer(self, customer: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
-            subs = [
-                copy.deepcopy(sub)
-                for sub in reversed(self._objects["subscription"].values())
-                if sub.get("customer") == customer["id"] and sub.get("status") not in _ENDED
-            ]
-        url = f"/v1/customers/{customer['id']}/subscriptions"
-        return {**customer, "subscriptions": {"object": "list", "data": subs, "has_more": False, "url": url}}
 
 
 @dataclass
@@ -98,8 +77,11 @@ class Drained:
 
 async def stripe_backlog(run: Run) -> None:
     mode = run.mode
-    with BacklogStripeStub() as stub:
-        main = await drain_backlog(run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seed)
+    clerk_cpu_ms = run.results.get("drain_cpu_ms_1w")
+    if clerk_cpu_ms is None:  # the drain phase did not run: measured as it measures it
+        _, clerk_cpu_ms = await one_worker_clerk_drain(run, "clerk reference", "sr")
+    main = await drain_backlog(run, run.stripe, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seed)
+    cpu_ms = main.worker_cpu_seconds / main.events * 1000
     run.results.update(
         stripe_backlog_429=main.rate_limited,
         stripe_backlog_reads_per_customer=main.calls_per_customer,
@@ -110,26 +92,22 @@ async def stripe_backlog(run: Run) -> None:
         stripe_backlog_reads=main.calls,
         stripe_backlog_peak_rps=main.peak_per_second,
         stripe_backlog_mismatched=main.mismatched,
-        stripe_backlog_worker_cpu_ms=main.worker_cpu_seconds / main.events * 1000,
+        stripe_backlog_worker_cpu_ms=cpu_ms,
+        stripe_backlog_clerk_cpu_ms=clerk_cpu_ms,
+        stripe_backlog_cpu_ratio=cpu_ms / clerk_cpu_ms,
     )
-
-
-def stub_env(stub: StripeStub) -> dict[str, str]:
-    """The workers' settings: the stub as Stripe, the budget of 20 calls a second."""
-    return {"STRIPE_API_BASE": stub.base_url, "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND)}
 
 
 async def drain_backlog(
     run: Run, stub: StripeStub, events: int, customers: int, seed: Seeder, label: str = "stripe backlog"
 ) -> Drained:
-    """Seed, start two workers, queue the backlog due at one instant, time from it until both queues are empty,
-    check; leaves no worker running."""
-    await run.stop_workers()  # an earlier phase's worker reads no Stripe stub: it must not take these events
+    """Seed, two workers, queue the backlog due at one instant, time from it until both queues are empty, check;
+    releases the workers."""
+    managed = await run.fleet.workers(WORKERS, STRIPE_QUEUES)
     await run.reset_inbox()
     stub.reset()
     stub.enforce_rate_limit(STUB_LIMIT_PER_SECOND)
     expected, rows = await seed(run, stub, events, customers)
-    managed = await run.start_workers(WORKERS, stub_env(stub), queues=STRIPE_QUEUES)
     workers = [psutil.Process(worker.process.pid) for worker in managed]
     due = due_in(len(rows))
     await queue_events_due(run, rows, due)
@@ -142,10 +120,11 @@ async def drain_backlog(
         profile.cancel()
     cpu = _cpu_seconds(workers) - cpu_before
     times = stub.request_times
-    await run.stop_workers()
     drained = Drained(
         events, customers, ended - started, len(times), stub.rate_limited, _most_in_one_second(times), cpu
     )
+    stub.enforce_rate_limit(None)  # the phases after run without Stripe's limit
+    await run.fleet.release_workers()
     # Where the drain time went: the calls' span against the drain's (a tail after the last call is the worker's
     # own work on events that needed no call).
     last_call = max(times) - started if times else 0.0

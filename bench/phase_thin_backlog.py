@@ -30,7 +30,6 @@ from app.testing.thin_deliveries import stripe_thin_event
 from bench.inbox import Stored, store_events
 from bench.phase_stripe_backlog import (
     CHECKED,
-    BacklogStripeStub,
     Expected,
     Seeder,
     add_workspaces,
@@ -44,19 +43,18 @@ if TYPE_CHECKING:
 
 
 async def thin_backlog(run: Run) -> None:
-    mode = run.mode
-    with BacklogStripeStub() as stub:
-        known = await drain_backlog(
-            run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seeder(known=True), "thin backlog"
-        )
-        unknown = await drain_backlog(
-            run,
-            stub,
-            mode.stripe_backlog_events,
-            mode.thin_backlog_unknown_customers,
-            _seeder(known=False),
-            "thin backlog, customers never seen",
-        )
+    mode, stub = run.mode, run.stripe
+    known = await drain_backlog(
+        run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seeder(known=True), "thin backlog"
+    )
+    unknown = await drain_backlog(
+        run,
+        stub,
+        mode.stripe_backlog_events,
+        mode.thin_backlog_unknown_customers,
+        _seeder(known=False),
+        "thin backlog, customers never seen",
+    )
     cpu_ms = known.worker_cpu_seconds / known.events * 1000
     snapshot_cpu_ms = run.results.get("stripe_backlog_worker_cpu_ms")
     run.results.update(

@@ -35,6 +35,7 @@ class Managed:
     process: subprocess.Popen[bytes]
     log: Path
     peak_rss: int = 0
+    metrics_url: str | None = None  # a worker's own /metrics
 
     def pids(self) -> list[int]:
         try:

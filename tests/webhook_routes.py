@@ -20,7 +20,7 @@ from litestar import Litestar, post
 from litestar.params import FromPath, JSONBody
 
 from app.asgi import build_app
-from app.core.module import FeatureModule
+from app.core.module import ApiPart, FeatureModule
 from app.core.settings import get_settings
 from app.runtime import API_MODULES
 
@@ -67,7 +67,7 @@ async def pin_note(note_id: FromPath[int], data: JSONBody[PinNote]) -> dict[str,
     return {"pinned": note_id, "length": len(data.text)}
 
 
-NOTES = FeatureModule(name="notes", route_handlers=[pin_note])
+NOTES = FeatureModule(name="notes", api=ApiPart(route_handlers=[pin_note]))
 NOTE_PATH = "/notes/{note_id}/pin"
 
 

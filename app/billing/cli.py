@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from litestar import Litestar
 
 from app.billing.reconcile import ReconcileReport, reconcile_billing, shown
 from app.core.commands import command_group, run_with_resources, table
 from app.core.resources import Resources
+
+if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
+    from litestar import Litestar
 
 
 @command_group("billing", help="The workspaces' billing state, as Stripe has it.")

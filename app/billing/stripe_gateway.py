@@ -28,10 +28,8 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import stripe
 
 from app.billing.budget import MAX_WAIT_SECONDS, StripeBudget, Turn
 from app.billing.stripe_objects import (
@@ -48,10 +46,16 @@ from app.billing.stripe_objects import (
     rfc3339,
     timestamp,
 )
+from app.core.lazy_import import lazy_module
 from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
 from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.errors import RetryLater, error_for_http_status
+
+if TYPE_CHECKING:
+    import stripe
+else:  # imported with its first use: most processes never call Stripe (app/core/lazy_import.py)
+    stripe = lazy_module("stripe")
 
 logger = logging.getLogger(__name__)
 # A customer with more subscriptions than this is not a seat-based SaaS customer; the newest ones count.

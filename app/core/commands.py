@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
-from litestar import Litestar
 
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
 from app.core.settings import Settings
+
+if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
+    from litestar import Litestar
+
 
 __all__ = ["CommandRuntime", "command_group", "command_runtime", "mount", "plural", "run_with_resources", "table"]
 

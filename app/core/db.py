@@ -1,4 +1,9 @@
-"""The one way to reach Postgres: the API plugin, jobs, crons and commands share this config."""
+"""The one way to reach Postgres: the API plugin, jobs, crons and commands share this config.
+
+advanced-alchemy's framework-free config builds the engine; the API wraps the
+same engine in the Litestar plugin's config (``app/asgi.py``), so the worker,
+which serves no request, loads none of Litestar.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,7 @@ from typing import Any
 
 import asyncpg
 from advanced_alchemy.base import IdentityBase, orm_registry
-from advanced_alchemy.extensions.litestar import (
-    AlembicAsyncConfig,
-    AsyncSessionConfig,
-    EngineConfig,
-    SQLAlchemyAsyncConfig,
-)
+from advanced_alchemy.config import AlembicAsyncConfig, AsyncSessionConfig, EngineConfig, SQLAlchemyAsyncConfig
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -52,7 +52,6 @@ def make_sqlalchemy_config(
         server_settings["statement_timeout"] = str(int(statement_timeout_seconds * 1000))
     return SQLAlchemyAsyncConfig(
         connection_string=settings.require_database_url(),
-        before_send_handler="autocommit",
         create_all=False,
         metadata=metadata,
         session_config=AsyncSessionConfig(expire_on_commit=False),

@@ -6,6 +6,11 @@ injects their dependencies, the worker runs the jobs, crons and webhook
 handlers of its own, the CLI offers the command groups of both, and Alembic
 sees the models of both.
 
+What the API alone uses (routes, the providers they are injected with,
+templates, a lifespan) is a module's ``ApiPart``, which its ``MODULE`` names
+by import path: the worker imports every ``MODULE`` of its own, and so never
+a controller, nor Litestar, which it has no use for (a third of its start-up).
+
 Every field is typed, so ``mypy`` checks a module's declaration. Jobs and
 webhook handlers are declared above the core (``app.queue.job.Job``,
 ``app.webhooks.handlers``), which the core does not import: they are typed
@@ -14,22 +19,26 @@ here by the protocols they meet, and the queue checks the rest at start.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
-from litestar.datastructures import State
-from litestar.di import Provide
-from litestar.types import ControllerRouterHandler
 
 from app.core.db import Base
 from app.core.settings import Settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the API's types: the worker loads these modules too, and no Litestar
+    from litestar.datastructures import State
+    from litestar.di import Provide
+    from litestar.types import ControllerRouterHandler
+
     from app.core.resources import Resources
+
+T = TypeVar("T")
 
 
 class JobClass(Protocol):
@@ -53,17 +62,35 @@ WebhookHandler = Callable[[Any], Awaitable[None]]
 
 
 @dataclass(frozen=True)
-class FeatureModule:
-    name: str
+class ApiPart:
+    """A feature module's side that only the API loads: Litestar's objects, and what its routes need."""
+
     route_handlers: Sequence[ControllerRouterHandler] = ()
     """Controllers and route handlers the API mounts."""
 
     route_factory: Callable[[Resources], Sequence[ControllerRouterHandler]] | None = None
-    """API only: ``route_factory(resources)`` returns route handlers that depend on the settings."""
+    """``route_factory(resources)`` returns route handlers that depend on the settings."""
 
     dependencies: Mapping[str, Provide] = field(default_factory=dict)
-    """API only: the providers its controllers are injected with, by parameter name (``app/asgi.py`` mounts
-    them on the app, where a test can replace one)."""
+    """The providers its controllers are injected with, by parameter name (``app/asgi.py`` mounts them on the
+    app, where a test can replace one)."""
+
+    template_dirs: Sequence[Path] = ()
+    """Folders of its Jinja templates (named from there, e.g. ``ops/overview.html.j2``)."""
+
+    lifespan: Callable[[State, Resources], AbstractAsyncContextManager[None]] | None = None
+    """``lifespan(app_state, resources)``, an async context manager run while the app serves."""
+
+
+NO_API = ApiPart()
+
+
+@dataclass(frozen=True)
+class FeatureModule:
+    name: str
+    api: ApiPart | str | None = None
+    """Its routes: an ``ApiPart``, or the ``package.module:NAME`` of one, which only the API imports (a
+    worker loading a module whose ``MODULE`` imported a controller would load all of Litestar)."""
 
     jobs: Sequence[type[JobClass]] = ()
     crons: Sequence[type[CronClass]] = ()
@@ -78,8 +105,20 @@ class FeatureModule:
     models: Sequence[type[Base]] = ()
     """Its SQLAlchemy models: listing them here is what makes Alembic and the tests see their tables."""
 
-    template_dirs: Sequence[Path] = ()
-    """API only: folders of its Jinja templates (named from there, e.g. ``ops/overview.html.j2``)."""
+    def api_part(self) -> ApiPart:
+        """Its ``ApiPart``, imported now when named by path; an empty one when it has no routes."""
+        if isinstance(self.api, str):
+            return import_object(self.api, ApiPart, f"module {self.name!r}: api")
+        return self.api or NO_API
 
-    lifespan: Callable[[State, Resources], AbstractAsyncContextManager[None]] | None = None
-    """API only: ``lifespan(app_state, resources)``, an async context manager run while the app serves."""
+
+def import_object(path: str, kind: type[T], what: str) -> T:
+    """The object ``package.module:NAME`` names, checked to be a ``kind``; a clear error otherwise."""
+    module_path, _, attribute = path.partition(":")
+    try:
+        value = getattr(importlib.import_module(module_path), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ImportError(f"{what} {path!r} cannot be loaded ({exc}): give it as package.module:NAME.") from exc
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} {path!r} is a {type(value).__name__}, not a {kind.__name__}.")
+    return value

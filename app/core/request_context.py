@@ -16,10 +16,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import structlog
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:  # the worker imports this module too, and loads no Litestar
+    from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 _HEADER = b"x-request-id"

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from litestar import Litestar
 
 from app.core.commands import command_group, command_runtime, run_with_resources
 from app.core.resources import Resources
 from app.identity.reconcile import IdentityReport, reconcile_identity
+
+if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
+    from litestar import Litestar
 
 
 @command_group("identity", help="Users, organizations and memberships, as Clerk has them.")

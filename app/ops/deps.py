@@ -1,4 +1,4 @@
-"""The providers the ops routes are injected with: ``MODULE.dependencies``, mounted on the app by ``app/asgi.py``.
+"""The providers the ops routes are injected with (``app/ops/api.py``), mounted on the app by ``app/asgi.py``.
 
 Each takes what the app provides (``resources``, ``worker_modules``) or
 another provider's value, by parameter name. What is kept per process (the

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
-from litestar import Litestar
 
 from app.core.commands import command_group, command_runtime, run_with_resources, table
 from app.core.resources import Resources
@@ -14,6 +14,9 @@ from app.queue.encoded import namespaced
 from app.queue.execution import run_attempt
 from app.queue.job import CronJob, CronTick, JobContext
 from app.queue.registry import JobRegistry
+
+if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
+    from litestar import Litestar
 
 
 def _loaded_crons(app: Litestar) -> dict[str, type[CronJob]]:

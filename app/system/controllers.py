@@ -1,4 +1,4 @@
-"""Liveness and readiness probes."""
+"""Liveness and readiness probes: the system module's routes (``MODULE.api``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Example
 from sqlalchemy import text
 
+from app.core.module import ApiPart
 from app.core.resources import Resources
 
 READY_TIMEOUT_SECONDS = 1.0
@@ -79,3 +80,6 @@ class HealthController(Controller):
         body = {"postgres": postgres, "redis": redis}
         status = 200 if postgres == "ok" and redis == "ok" else 503
         return Response(body, status_code=status)
+
+
+API = ApiPart(route_handlers=[HealthController])

@@ -1,6 +1,5 @@
-"""The system feature module: liveness and readiness probes."""
+"""The system feature module: liveness and readiness probes (``app/system/controllers.py``)."""
 
 from app.core.module import FeatureModule
-from app.system.controllers import HealthController
 
-MODULE = FeatureModule(name="system", route_handlers=[HealthController])
+MODULE = FeatureModule(name="system", api="app.system.controllers:API")

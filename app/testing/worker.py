@@ -11,24 +11,25 @@ made to happen at will.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-from app.core.module import FeatureModule
-from app.testing.clock import FileClock
-from app.worker.cli import run_worker
+from app.worker.startup_imports import load_advanced_alchemy_without_litestar
+
+load_advanced_alchemy_without_litestar()  # as ``python -m app.worker`` does, before anything imports it
+
+from app.core.module import FeatureModule, import_object  # noqa: E402
+from app.testing.clock import FileClock  # noqa: E402
+from app.worker.cli import run_worker  # noqa: E402
 
 
 def load_module(path: str) -> FeatureModule:
     """``package.module:NAME`` (``NAME`` defaults to ``MODULE``) to the feature module it names."""
     module_path, _, attribute = path.partition(":")
+    path = f"{module_path}:{attribute or 'MODULE'}"
     try:
-        value = getattr(importlib.import_module(module_path), attribute or "MODULE")
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"--module {path!r} cannot be loaded ({exc}): use package.module:MODULE.") from None
-    if not isinstance(value, FeatureModule):
-        raise SystemExit(f"--module {path!r} is a {type(value).__name__}, not a FeatureModule.")
-    return value
+        return import_object(path, FeatureModule, "--module")
+    except (ImportError, TypeError) as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

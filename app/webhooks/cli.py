@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
-from litestar import Litestar
 
 from app.core.commands import command_group, command_runtime, plural, run_with_resources
 from app.core.resources import Resources
@@ -18,6 +18,10 @@ from app.webhooks.operations import OperatorError, Outcome
 SHORT_ERROR_CHARS = 200
 """``webhooks list`` cuts a last error to about this many characters, at a word, unless ``--verbose``."""
 # "abandoned" is what these states were called before "set_aside"; still accepted.
+if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
+    from litestar import Litestar
+
+
 _STATE_NAMES: dict[str, State] = {state: state for state in STATES} | {
     "abandoned": "set_aside",
     "set-aside": "set_aside",

@@ -11,14 +11,16 @@ documented as a JSON object.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from litestar.enums import ParamType
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Operation, Parameter, RequestBody, Schema
 from litestar.openapi.spec import OpenAPIMediaType as MediaTypeObject
-from litestar.openapi.spec import OpenAPIType, Operation, Parameter, RequestBody, Schema
 
-from app.webhooks.providers.base import WebhookProvider
+from app.webhooks.providers.base import JsonSchema, WebhookProvider
 
 
 @dataclass
@@ -56,6 +58,25 @@ def responses(provider: WebhookProvider) -> dict[int, ResponseSpec]:
     }
 
 
+def schema(described: JsonSchema) -> Schema:
+    """A provider's JSON Schema (OpenAPI's names: ``minLength``...) as Litestar's ``Schema`` (``min_length``)."""
+    fields: dict[str, Any] = {}
+    for key, value in described.items():
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        if name == "type":
+            value = OpenAPIType(value)
+        elif name == "format":
+            value = OpenAPIFormat(value)
+        elif name == "properties":
+            value = {field: schema(inner) for field, inner in value.items()}
+        elif name == "items":
+            value = schema(value)
+        elif name in ("one_of", "any_of", "all_of"):
+            value = [schema(inner) for inner in value]
+        fields[name] = value
+    return Schema(**fields)
+
+
 def operation_class(provider: WebhookProvider) -> type[Operation]:
     """The route's operation, given the provider's signature headers and body schema."""
     headers = [
@@ -68,10 +89,11 @@ def operation_class(provider: WebhookProvider) -> type[Operation]:
         )
         for name, what in provider.signature_headers.items()
     ]
+    body_schema = schema(provider.body_schema) if provider.body_schema else ANY_BODY
     body = RequestBody(
         required=True,
         description="Verified against the exact bytes received (the signature headers), then checked as described.",
-        content={"application/json": MediaTypeObject(schema=provider.body_schema or ANY_BODY)},
+        content={"application/json": MediaTypeObject(schema=body_schema)},
     )
 
     @dataclass

@@ -35,6 +35,7 @@ from bench.soak.faults import Faults
 from bench.soak.load import Sender
 from bench.soak.outage import EndpointOutage
 from bench.soak.plan import build_plan
+from bench.soak.recovery import RecoveryPasses
 from bench.soak.report import RunResult, Summary, summary, table
 from bench.soak.runtime import Db, Driver, StubControl
 from bench.soak.verify import Verifier
@@ -52,6 +53,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
     sender: Sender | None = None
     stub: StubControl | None = None
     clerk: ClerkControl | None = None
+    passes: RecoveryPasses | None = None
     try:
         say(f"run folder {run_dir}")
         await asyncio.to_thread(cluster.start_servers)
@@ -88,15 +90,16 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
         if not await sender.wait_idle(config.resend_deadline_seconds + 30):
             say("some deliveries were still being re-sent at the deadline")
         await fault_task
-        say(f"sent everything after {driver.now():.0f} s; draining")
+        say(f"sent everything after {driver.now():.0f} s, the faults are over; draining")
         verifier = Verifier(config, plan, sender, cluster, db, clerk)
-        drained = await verifier.drain(config.drain_timeout_seconds)
+        passes = RecoveryPasses(cluster)
+        drained = await verifier.drain(config.drain_timeout_seconds, passes.when_idle)
         at, began = driver.now(), time.monotonic()
         say(f"{at:.0f} s: after the endpoint outage, the backfill and both reconciliations")
 
         async def settle() -> float | None:
             """The backfilled events processed; the Clerk rows as the webhooks alone left them."""
-            seconds = await verifier.drain(config.drain_timeout_seconds)
+            seconds = await verifier.drain(config.drain_timeout_seconds, passes.when_idle if passes else None)
             await verifier.snapshot_clerk()
             return seconds
 
@@ -111,7 +114,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
             "total_seconds": round(time.monotonic() - started, 1),
         }
     finally:
-        for closing in (sender, stub, clerk, db):
+        for closing in (sender, stub, clerk, db, passes):
             if closing is not None:
                 with contextlib.suppress(Exception):
                     await closing.close()

@@ -18,7 +18,7 @@ sent only once both are back and the processes' pools have dropped their dead
 connections: a try that cannot reach Postgres is not counted as an attempt,
 and an event stored while Redis is down waits for a recovery tick before its
 first try, so a doomed event caught by either would need a second round (and
-a second tick, a minute) to be set aside. The noisy client waits for Redis too
+a second tick) to be set aside. The noisy client waits for Redis too
 (the limiter fails open while Redis is down).
 """
 

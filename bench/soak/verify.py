@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -51,9 +52,10 @@ class Verifier:
         self.ignored = {(e.provider, e.event_id): e for e in sent if e.ignored}
         self.doomed = {key for key, e in self.events.items() if e.doomed}
 
-    async def drain(self, within: float) -> float | None:
+    async def drain(self, within: float, when_idle: Callable[[], Awaitable[None]] | None = None) -> float | None:
         """Seconds until nothing is pending, the doomed are set aside with their alerts and the queues are
-        empty; None if that did not happen within ``within`` s."""
+        empty; None if that did not happen within ``within`` s. ``when_idle``: called while no job is queued
+        but some event is neither processed nor set aside (``recovery.py``)."""
         started = time.monotonic()
         redis = Redis.from_url(self.cluster.redis_url, socket_timeout=2, socket_connect_timeout=2)
         doomed_ids = [event_id for _, event_id in self.doomed]
@@ -76,6 +78,8 @@ class Verifier:
                     queued, waiting = [], -1
                 if pending == 0 and aside == len(doomed_ids) and alerted == len(doomed_ids) and waiting == 0:
                     return time.monotonic() - started
+                if waiting == 0 and (pending or aside < len(doomed_ids)) and when_idle is not None:
+                    await when_idle()
                 if time.monotonic() - last_report > 10:
                     last_report = time.monotonic()
                     jobs = f" ({', '.join(job.decode() for job in queued)})" if queued and not pending else ""

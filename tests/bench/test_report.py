@@ -32,6 +32,8 @@ def test_stripe_backlog_rows_show_their_targets_and_the_workers_cpu_per_event() 
         "stripe_backlog_events": 400,
         "stripe_backlog_customers": 40,
         "stripe_backlog_worker_cpu_ms": 3.2,
+        "stripe_backlog_clerk_cpu_ms": 2.3,
+        "stripe_backlog_cpu_ratio": 3.2 / 2.3,
     }
     rendered = table(results, "header")
     assert _row(rendered, "Stripe backlog: 429s")[-2:] == ["0", "ok"]
@@ -40,12 +42,27 @@ def test_stripe_backlog_rows_show_their_targets_and_the_workers_cpu_per_event() 
     assert reads[-2:] == ["<= 1.1", "ok"]
     assert _row(rendered, "Stripe backlog: drain time")[-2:] == ["<= 1.25", "MISS"]
     assert _row(rendered, "Stripe backlog: worker CPU per event")[1:] == [
-        "3.20",
-        "two workers, every event of the backlog",
-        "<= 3.0",
+        "1.39",
+        "3.20 ms (two workers, every event of the backlog); a Clerk event 2.30 ms (one worker's drain)",
+        "<= 1.3",
         "MISS",
     ]
     assert "coalescing" not in rendered
+
+
+def test_the_pipeline_rows_name_the_load_as_a_share_of_the_drain_measured_before() -> None:
+    results = {
+        "pipeline_p50_ms": 9.0,
+        "pipeline_p99_ms": 120.0,
+        "pipeline_events": 3_000,
+        "pipeline_offered_eps": 210.0,
+        "pipeline_reference_eps": 420.0,
+    }
+    rendered = table(results, "header")
+    p50 = _row(rendered, "pipeline p50")
+    assert p50[2] == "3,000 Clerk events at 210/s, half of one worker's drain just before (420/s)"
+    assert p50[-2:] == ["<= 50", "ok"]
+    assert _row(rendered, "pipeline p99")[-2:] == ["<= 100", "MISS"]
 
 
 def test_isolation_and_fairness_rows_hold_their_probes_to_their_targets() -> None:

@@ -78,12 +78,12 @@ async def workspace_row(resources: Resources, workspace_id: int) -> Workspace:
     return row
 
 
-async def store(resources: Resources, delivery: Delivery) -> int:
+async def store(resources: Resources, delivery: Delivery, provider: str = "stripe") -> int:
     """Stored as the intake stores it (with its tenant and sync subject), not processed: its row id."""
     payload = decode_payload(delivery.body)
-    keys = await stored_keys([billing.MODULE], "stripe")(resources, delivery.event_type, payload)
+    keys = await stored_keys([billing.MODULE, identity.MODULE], provider)(resources, delivery.event_type, payload)
     stored = await Inbox(resources.db).store(
-        "stripe",
+        provider,
         delivery.event_id,
         delivery.event_type,
         delivery.body.decode(),

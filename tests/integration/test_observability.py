@@ -13,7 +13,7 @@ from litestar.testing import AsyncTestClient
 
 from app.asgi import build_app
 from app.core.logging import configure_logging
-from app.core.module import FeatureModule
+from app.core.module import ApiPart, FeatureModule
 from app.core.settings import load_settings
 from app.system import module as system
 from tests.stubs.sentry_ingest import SentryIngestStub, exception_types
@@ -42,7 +42,7 @@ async def leaky() -> None:
     raise ExplodingRouteError(f"the call with a {len(api_key)}-character key failed")
 
 
-FAULTY = FeatureModule(name="faulty", route_handlers=[boom, missing, leaky])
+FAULTY = FeatureModule(name="faulty", api=ApiPart(route_handlers=[boom, missing, leaky]))
 
 
 async def test_unhandled_error_reaches_sentry_and_a_4xx_does_not(

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.redis import make_redis as make_app_redis
-from app.webhooks.module import RATE_LIMIT_REDIS_TIMEOUT_SECONDS
+from app.webhooks.routes import RATE_LIMIT_REDIS_TIMEOUT_SECONDS
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 LIMITER_LOGGER = "app.core.rate_limit"

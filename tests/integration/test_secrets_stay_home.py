@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from app.asgi import build_app
 from app.core.logging import configure_logging
-from app.core.module import FeatureModule
+from app.core.module import ApiPart, FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
@@ -48,7 +48,7 @@ async def leaky_route(request: Request[Any, Any, Any], resources: NamedDependenc
     raise LeakyRouteError(f"the call with {api_key} to {settings.database_url} failed ({len(body)} bytes)")
 
 
-LEAKY = FeatureModule(name="leaky", route_handlers=[leaky_route])
+LEAKY = FeatureModule(name="leaky", api=ApiPart(route_handlers=[leaky_route]))
 
 
 class LeakyData(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ from app.system import module as system
 from app.webhooks.handlers import EventRoutes, WebhookContext
 from app.webhooks.models import WebhookEvent
 from app.webhooks.module import build_webhooks_module
+from app.webhooks.routes import intake_api
 
 
 @dataclass
@@ -64,7 +65,7 @@ async def make_client(settings_env: dict[str, str], recording: RecordingHandlers
 
     async def make(providers: Any = None, extra_modules: tuple[FeatureModule, ...] = (), **env: str) -> Any:
         settings = load_settings({**settings_env, **env})
-        webhooks = build_webhooks_module(providers) if providers else build_webhooks_module()
+        webhooks = build_webhooks_module(providers, intake_api(providers)) if providers else build_webhooks_module()
         modules = [system.MODULE, webhooks, recording.module(), *extra_modules]
         client: AsyncTestClient[Any] = AsyncTestClient(build_app(settings, modules))
         await client.__aenter__()

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
+from typing import TYPE_CHECKING, Any
 
 from app.core.settings import Settings
 from app.queue.queues import QueueName
-from app.webhooks.guards import WebhookSignatureGuard
 from app.webhooks.payload import MAX_FIELD_CHARS
 from app.webhooks.verification import (
     MAX_SIGNATURE_HEADER_BYTES,
@@ -28,28 +26,31 @@ from app.webhooks.verification import (
     signature_header,
 )
 
+if TYPE_CHECKING:  # the guard is the API's: the worker, which loads the providers for their queues, loads no Litestar
+    from app.webhooks.guards import WebhookSignatureGuard
+
+JsonSchema = Mapping[str, Any]
+"""A JSON Schema as the OpenAPI document writes it (``type``, ``properties``, ``minLength``...)."""
+
 __all__ = [
     "MAX_FIELD_CHARS",
     "MAX_SIGNATURE_HEADER_BYTES",
     "Headers",
-    "OpenAPIFormat",
-    "OpenAPIType",
+    "JsonSchema",
     "PayloadError",
-    "Schema",
     "SignatureError",
     "VerifiedEvent",
     "Verifier",
     "WebhookProvider",
-    "WebhookSignatureGuard",
     "decode_payload",
     "event_key_schema",
     "signature_header",
 ]
 
 
-def event_key_schema(what: str) -> Schema:
+def event_key_schema(what: str) -> JsonSchema:
     """An event id or type in a body schema: the intake refuses (400) anything but a non-empty string without NUL."""
-    return Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_FIELD_CHARS, description=what)
+    return {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS, "description": what}
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,10 @@ class WebhookProvider:
     signature_headers: Mapping[str, str] = field(default_factory=dict)
     """The headers its deliveries are signed with, and what each holds (for the OpenAPI document)."""
 
-    guard: type[WebhookSignatureGuard] = WebhookSignatureGuard
-    """The route's signature guard, built from the verifier (a subclass names the provider in tracebacks)."""
+    guard: type[WebhookSignatureGuard] | None = None
+    """The route's signature guard class, built from the verifier (None: ``WebhookSignatureGuard``)."""
 
-    body_schema: Schema | None = None
+    body_schema: JsonSchema | None = None
     """What a valid delivery's body carries, for the OpenAPI document (None: any JSON object)."""
 
     body_refused: str = "a body that is not a JSON object"

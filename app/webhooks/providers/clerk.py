@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
     Headers,
-    OpenAPIType,
-    Schema,
+    JsonSchema,
     SignatureError,
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    WebhookSignatureGuard,
     decode_payload,
     event_key_schema,
     signature_header,
 )
+
+if TYPE_CHECKING:
+    from svix.webhooks import Webhook
 
 SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 
@@ -24,16 +28,21 @@ SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 def _verifier(settings: Settings) -> Verifier | None:
     if not settings.clerk_webhook_signing_secret:
         return None
-    # Imported here, by the API that verifies: the svix package loads its whole API client (0.4 s of CPU), which
-    # a worker or a command has no use for.
-    from svix.webhooks import Webhook
+    secret = settings.clerk_webhook_signing_secret
 
-    webhook = Webhook(settings.clerk_webhook_signing_secret)
+    @functools.cache
+    def webhook() -> Webhook:
+        # Imported with the first delivery: the svix package loads its whole API client (0.4 s of CPU), which a
+        # worker, a command or an API that gets no Clerk delivery has no use for.
+        from svix.webhooks import Webhook
+
+        return Webhook(secret)
 
     def verify(body: bytes, headers: Headers) -> VerifiedEvent:
         present = {name: signature_header(headers, name) for name in SVIX_HEADERS}
+        checker = webhook()
         try:
-            webhook.verify(body, present)  # returns None in svix 2.9: the body is parsed below
+            checker.verify(body, present)  # returns None in svix 2.9: the body is parsed below
         except Exception:
             # WebhookVerificationError, and whatever else hostile headers make svix raise (a signature
             # entry without a comma raises ValueError): every one is a signature that does not verify.
@@ -47,32 +56,27 @@ def _verifier(settings: Settings) -> Verifier | None:
     return verify
 
 
-class ClerkWebhookSignatureGuard(WebhookSignatureGuard):
-    """The guard of ``POST /webhooks/clerk``: checks the svix headers against CLERK_WEBHOOK_SIGNING_SECRET."""
-
-
-BODY = Schema(
-    type=OpenAPIType.OBJECT,
-    title="ClerkEvent",
-    description="A Clerk event as Clerk sends it (through Svix); its id is the svix-id header.",
-    required=["type", "data"],
-    properties={
+BODY: JsonSchema = {
+    "type": "object",
+    "title": "ClerkEvent",
+    "description": "A Clerk event as Clerk sends it (through Svix); its id is the svix-id header.",
+    "required": ["type", "data"],
+    "properties": {
         "type": event_key_schema("user.created, organization.updated, organizationMembership.deleted..."),
-        "data": Schema(
-            type=OpenAPIType.OBJECT,
-            description="The user, organization or membership as Clerk has it (for a deletion, its id).",
-        ),
-        "object": Schema(type=OpenAPIType.STRING, const="event"),
-        "timestamp": Schema(type=OpenAPIType.INTEGER, description="Unix milliseconds: a deletion's time."),
+        "data": {
+            "type": "object",
+            "description": "The user, organization or membership as Clerk has it (for a deletion, its id).",
+        },
+        "object": {"type": "string", "const": "event"},
+        "timestamp": {"type": "integer", "description": "Unix milliseconds: a deletion's time."},
     },
-    examples=[{"object": "event", "type": "user.deleted", "timestamp": 1750000000000, "data": {"id": "user_1"}}],
-)
+    "examples": [{"object": "event", "type": "user.deleted", "timestamp": 1750000000000, "data": {"id": "user_1"}}],
+}
 
 CLERK = WebhookProvider(
     body_schema=BODY,
     body_refused="a body that is not a JSON object with a non-empty string type",
     name="clerk",
-    guard=ClerkWebhookSignatureGuard,
     build_verifier=_verifier,
     queue=QueueName.WEBHOOK_CLERK,
     signature_headers={
