@@ -11,7 +11,7 @@ The hand-off (``request_sync``, ``BillingRepository.want_sync``) happens in
 Postgres under the ``billing_sync`` row's lock, so no event is stranded: it is
 covered by a pending sync (one that begins its read later), by one in flight
 whose read began after it arrived, or it starts the next generation. A new
-generation reserves its turn of the budget (``StripeBudget.reserve``) and its
+generation reserves its turn of the budget (``RateBudget.reserve``) and its
 job is queued for that time on the Stripe sync queue: while it waits it holds
 no worker slot, no transaction and no lock. Generations of one subject follow
 each other, so at most one sync of a subject is in flight (save a sync whose
@@ -27,7 +27,11 @@ A sync that fails:
   the webhook events' retries (``WEBHOOK_RETRY_LIMIT`` tries a round; then the
   recovery cron queues the events again);
 - told to wait (a 429, its turn not near, more calls needed than its turn
-  held): no attempt counted; it comes back for its turn.
+  held): no attempt counted; it comes back for its turn;
+- Stripe held after an outage (``UPSTREAM_HOLD_AFTER_SUBJECTS`` subjects
+  failed in a row; the failure that made it held is one of them) or paused by
+  an operator: no attempt counted, nothing sent to Sentry; it comes back when
+  the next probe is due (``app.queue.upstreams``), holding nothing meanwhile.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 
 import msgspec
 
-from app.billing.budget import TURN_EARLY_SECONDS, BudgetShortfall, Turn
+from app.billing.budget import STRIPE, TURN_EARLY_SECONDS, BudgetShortfall, Turn
 from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync
@@ -50,6 +54,7 @@ from app.queue.errors import PermanentError, RetryLater
 from app.queue.job import FromSetting, Job
 from app.queue.queues import QueueName
 from app.queue.retry import backoff_seconds
+from app.queue.upstreams import UpstreamWait
 from app.webhooks import coverage
 from app.webhooks.jobs import ProcessWebhookEventJob
 from app.webhooks.processing import describe_error
@@ -131,6 +136,7 @@ def stale_after(resources: Resources) -> float:
 
 async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     subject, generation = data.subject, data.generation
+    await _wait_for_stripe(resources, subject, generation)  # held or paused: back later, holding nothing
     turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
     sync, repo = _Sync(resources, subject, generation, turn), BillingRepository(resources.db)
     try:
@@ -156,6 +162,16 @@ async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     if processed is not None:
         coverage.count_processed(processed)
         logger.info("Sync of %s covered %d event(s).", subject, len(processed))
+
+
+async def _wait_for_stripe(resources: Resources, subject: str, generation: int) -> None:
+    """Stripe held after an outage, or paused: the sync comes back when it may call (``UpstreamWait``), before it
+    takes a turn or a lock, its events' attempts untouched; it stays due then (not taken for a lost job)."""
+    try:
+        await STRIPE.of(resources).check(subject)
+    except UpstreamWait as wait:
+        await BillingRepository(resources.db).sync_due(subject, generation, wait.after_seconds)
+        raise
 
 
 class _Sync:

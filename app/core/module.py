@@ -6,8 +6,9 @@ injects their dependencies, the worker runs the jobs, crons and webhook
 handlers of its own, the CLI offers the command groups of both, and Alembic
 sees the models of both.
 
-Every field is typed, so ``mypy`` checks a module's declaration. Jobs and
-webhook handlers are declared above the core (``app.queue.job.Job``,
+Every field is typed, so ``mypy`` checks a module's declaration. Jobs,
+upstreams and webhook handlers are declared above the core
+(``app.queue.job.Job``, ``app.queue.upstreams.Upstream``,
 ``app.webhooks.handlers``), which the core does not import: they are typed
 here by the protocols they meet, and the queue checks the rest at start.
 """
@@ -48,6 +49,13 @@ class CronClass(JobClass, Protocol):
     def schedule(cls, settings: Settings) -> str: ...
 
 
+class UpstreamDeclaration(Protocol):
+    """An upstream as a module lists it: an ``app.queue.upstreams.Upstream``."""
+
+    @property
+    def name(self) -> str: ...
+
+
 WebhookHandler = Callable[[Any], Awaitable[None]]
 """Runs one inbox event, given its ``app.webhooks.handlers.WebhookContext`` (an ``EventRoutes``, or a function)."""
 
@@ -68,6 +76,10 @@ class FeatureModule:
     jobs: Sequence[type[JobClass]] = ()
     crons: Sequence[type[CronClass]] = ()
     cli_groups: Sequence[click.Group] = ()
+
+    upstreams: Sequence[UpstreamDeclaration] = ()
+    """The external APIs its jobs call (``app.queue.upstreams.Upstream``): ``upstreams list``, ``/ops`` and the
+    metrics show each, and an operator pauses one by its name."""
 
     webhook_handlers: Mapping[str, WebhookHandler] = field(default_factory=dict)
     """Provider name -> the handler of the events of that provider this module owns (``app.webhooks.handlers``)."""
