@@ -110,7 +110,9 @@ async def test_one_customer_failing_while_others_succeed_is_set_aside_as_before_
 ) -> None:
     """Two distinct failures would hold it: a flaky customer's one failure, between the failing customer's,
     is never in a row with them, since the others' successes come between."""
-    worker = await open_resources(**{**SHORT_RETRY_WINDOW, "UPSTREAM_HOLD_AFTER_SUBJECTS": "2", "WEBHOOK_RETRY_LIMIT": "5"})
+    worker = await open_resources(
+        **{**SHORT_RETRY_WINDOW, "UPSTREAM_HOLD_AFTER_SUBJECTS": "2", "WEBHOOK_RETRY_LIMIT": "5"}
+    )
     await linked(worker, stripe_stub, ["cus_bad", "cus_flaky", *[f"cus_fine_{n}" for n in range(4)]])
     stripe_stub.fail("/v1/customers/cus_bad", status=500, times=None)
     secret = webhook_secrets["stripe"]

@@ -60,7 +60,9 @@ async def test_distinct_subjects_failing_in_a_row_hold_the_upstream_exactly_once
     gates = [PING.of(first).gate, PING.of(second).gate]
 
     async def failures(gate: UpstreamGate, side: str) -> list[str]:
-        recorded = [await gate.record(f"{side}-{n}", f"t{side}{n}", error="ConnectionError: refused") for n in range(10)]
+        recorded = [
+            await gate.record(f"{side}-{n}", f"t{side}{n}", error="ConnectionError: refused") for n in range(10)
+        ]
         return [one.outcome for one in recorded]
 
     outcomes = [*await asyncio.gather(failures(gates[0], "a"), failures(gates[1], "b"))]
