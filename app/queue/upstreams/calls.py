@@ -90,6 +90,8 @@ class UpstreamCalls:
             lease_seconds=declared.timeout_seconds + LEASE_MARGIN_SECONDS,
         )
         self.probe_seconds = settings.upstream_probe_seconds
+        self.unlisted = False
+        """Called, but listed by no loaded module (said once, at its first call)."""
 
     async def check(self, subject: str) -> None:
         """Before a job takes anything (a turn, a lock): raises ``UpstreamHeld``/``UpstreamPaused`` to wait."""
@@ -101,6 +103,13 @@ class UpstreamCalls:
 
         ``turn``: the caller's reserved calls (a Stripe sync, which checked the gate before taking it).
         """
+        if self.unlisted:
+            self.unlisted = False
+            logger.warning(
+                "Upstream %s is called, but no module this process loads lists it in its upstreams: "
+                "`upstreams list`, /ops and the metrics do not show it. Add it to its module's MODULE.",
+                self.name,
+            )
         if turn is None:
             await self.check(subject)
         token = secrets.token_hex(8)
@@ -228,10 +237,5 @@ def upstream_calls(resources: Resources, declared: Upstream) -> UpstreamCalls:
     calls = registry.calls.get(declared.name)
     if calls is None:
         calls = registry.calls[declared.name] = UpstreamCalls(declared, resources)
-        if declared.name not in registry.listed and resources.modules:
-            logger.warning(
-                "Upstream %s is called, but no loaded module lists it in its upstreams: `upstreams list`, "
-                "/ops and the metrics do not show it. Add it to its module's MODULE (upstreams=[...]).",
-                declared.name,
-            )
+        calls.unlisted = bool(resources.modules) and declared.name not in registry.listed
     return calls
