@@ -30,6 +30,7 @@ from bench import (
     phase_intake,
     phase_isolation,
     phase_metrics_cost,
+    phase_outage,
     phase_pipeline,
     phase_stripe_backlog,
 )
@@ -44,6 +45,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "crons": phase_crons.crons,
     "adapter": phase_adapter.adapter,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
+    "outage": phase_outage.outage,
     "isolation": phase_isolation.isolation,
     "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from app.core.resources import Resources
 from app.webhooks.alerts import alert_set_aside
@@ -25,7 +26,8 @@ class RecoveryReport:
 
 
 async def recover(resources: Resources, now: datetime | None = None) -> RecoveryReport:
-    """Queue again every pending event older than the recovery delay; set aside exhausted ones."""
+    """Queue again every pending event older than the recovery delay (a synced subject's newest, for all of its
+    events); set aside exhausted ones."""
     settings = resources.settings
     cutoff = (now or datetime.now(UTC)) - timedelta(seconds=settings.webhook_recovery_after_seconds)
     report, inbox = RecoveryReport(), Inbox(resources.db)
@@ -37,8 +39,7 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
             report.set_aside += await _set_aside(inbox, exhausted)
         due = [
             (row["provider"], row["id"], row["tenant_key"], row["request_id"])
-            for row in rows
-            if row["id"] not in exhausted
+            for row in _newest_of_each_subject([row for row in rows if row["id"] not in exhausted])
         ]
         queued = await queue_processing_many(resources.queue, due)  # one round trip per page and provider
         report.requeued += sum(queued)
@@ -46,6 +47,23 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         if len(rows) < RECOVERY_PAGE_SIZE:
             return report
         after = (rows[-1]["received_at"], rows[-1]["id"])
+
+
+def _newest_of_each_subject(rows: list[Any]) -> list[Any]:
+    """The rows to queue again: each unsynced one, and of a synced subject's rows only the newest.
+
+    A synced event's job asks for a sync of its subject that covers every event of it that arrived by then, so
+    the newest one's job covers the others (a Stripe outage's backlog costs one job per customer a tick, not one
+    per event).
+    """
+    newest: dict[tuple[str, str], Any] = {}
+    alone = []
+    for row in rows:  # oldest first
+        if row["sync_subject"] is None:
+            alone.append(row)
+        else:
+            newest[(row["provider"], row["sync_subject"])] = row
+    return sorted([*alone, *newest.values()], key=lambda row: (row["received_at"], row["id"]))
 
 
 async def _set_aside(inbox: Inbox, row_ids: list[int]) -> int:
