@@ -80,9 +80,12 @@ async def test_recovery_pages_through_a_large_backlog(resources: Resources, monk
     assert {await job_state(resources, row_id) for row_id in rows} == {"queued"}
 
 
-async def test_recovery_queues_the_newest_event_of_each_synced_subject_for_all_of_them(resources: Resources) -> None:
+async def test_recovery_queues_the_newest_event_of_each_synced_subject_for_all_of_them(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A synced event's job asks for a sync covering every event of its subject that arrived by then: during a
-    Stripe outage a tick costs one job per customer, not one per event."""
+    Stripe outage a tick costs one job per customer, not one per event (across its pages, too)."""
+    monkeypatch.setattr(maintenance, "RECOVERY_PAGE_SIZE", 2)
     ones = [
         await add_event(resources, f"evt_one_{n}", age=timedelta(minutes=40 - n), subject="customer:cus_1")
         for n in range(3)
