@@ -54,7 +54,6 @@ from app.queue.errors import PermanentError, RetryLater
 from app.queue.job import FromSetting, Job
 from app.queue.queues import QueueName
 from app.queue.retry import backoff_seconds
-from app.queue.upstreams import UpstreamWait
 from app.webhooks import coverage
 from app.webhooks.jobs import ProcessWebhookEventJob
 from app.webhooks.processing import describe_error
@@ -116,17 +115,17 @@ async def request_sync(
         wait = await stripe_budget(resources).reserve(subject, wanted.calls)
         await repo.sync_due(subject, wanted.generation, wait)
         delay = timedelta(seconds=max(wait - TURN_EARLY_SECONDS, 0.0))
-    else:
-        logger.warning(
-            "Sync of %s (generation %s) is long overdue: its job is queued again.", subject, wanted.generation
-        )
-    await resources.queue.add(
+    queued = await resources.queue.add(
         StripeSyncJob,
         StripeSyncData(subject, wanted.generation, wanted.calls),
         deduplication_id=sync_job_id(subject, wanted.generation),
         delay=delay,
         request_id=request_id,
     )
+    if not wanted.new and queued is not None:  # overdue, and its job was gone (still waiting, e.g. for a hold: no)
+        logger.warning(
+            "Sync of %s (generation %s) was long overdue: its job is queued again.", subject, wanted.generation
+        )
 
 
 def stale_after(resources: Resources) -> float:
@@ -136,7 +135,8 @@ def stale_after(resources: Resources) -> float:
 
 async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     subject, generation = data.subject, data.generation
-    await _wait_for_stripe(resources, subject, generation)  # held or paused: back later, holding nothing
+    # Stripe held or paused: back when it may call, holding nothing (its job waiting is not lost: request_sync).
+    await STRIPE.of(resources).check(subject)
     turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
     sync, repo = _Sync(resources, subject, generation, turn), BillingRepository(resources.db)
     try:
@@ -162,16 +162,6 @@ async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     if processed is not None:
         coverage.count_processed(processed)
         logger.info("Sync of %s covered %d event(s).", subject, len(processed))
-
-
-async def _wait_for_stripe(resources: Resources, subject: str, generation: int) -> None:
-    """Stripe held after an outage, or paused: the sync comes back when it may call (``UpstreamWait``), before it
-    takes a turn or a lock, its events' attempts untouched; it stays due then (not taken for a lost job)."""
-    try:
-        await STRIPE.of(resources).check(subject)
-    except UpstreamWait as wait:
-        await BillingRepository(resources.db).sync_due(subject, generation, wait.after_seconds)
-        raise
 
 
 class _Sync:

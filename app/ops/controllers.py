@@ -219,34 +219,29 @@ class OpsController(Controller):
         _act(request, resources, "backfill", f"Stripe events of the last {hours} h")
         return _done(request, await ops_actions.backfill(hours))
 
-    @post("/upstreams/{name:str}/pause", guards=[auth.operator_guard], include_in_schema=False)
-    async def pause_upstream(
+    @post("/upstreams/{name:str}/{action:str}", guards=[auth.operator_guard], include_in_schema=False)
+    async def upstream(
         self,
         request: Request[Any, Any, Any],
         resources: NamedDependency[Resources],
         ops_actions: NamedDependency[OpsActions],
         name: FromPath[str],
+        action: FromPath[str],
     ) -> Redirect:
+        """``pause`` (its form's ``for``: a duration, or none: until resumed) or ``resume`` an upstream."""
         form = await auth.check_csrf(request)
-        written = form.get("for", "").strip()
-        duration = parse_duration(written) if written else None
-        if written and not duration:
-            return _done(request, f"{written[:20]!r} is not a duration: give one like 30m, 2h or 7d, or none.")
-        message = await ops_actions.pause_upstream(name, duration)
-        _act(request, resources, "pause upstream", f"{name} for {written}" if written else f"{name} until resumed")
-        return _done(request, message)
-
-    @post("/upstreams/{name:str}/resume", guards=[auth.operator_guard], include_in_schema=False)
-    async def resume_upstream(
-        self,
-        request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
-        ops_actions: NamedDependency[OpsActions],
-        name: FromPath[str],
-    ) -> Redirect:
-        await auth.check_csrf(request)
-        message = await ops_actions.resume_upstream(name)
-        _act(request, resources, "resume upstream", name)
+        if action == "resume":
+            message, target = await ops_actions.resume_upstream(name), name
+        elif action == "pause":
+            written = form.get("for", "").strip()
+            duration = parse_duration(written) if written else None
+            if written and not duration:
+                return _done(request, f"{written[:20]!r} is not a duration: give one like 30m, 2h or 7d, or none.")
+            message = await ops_actions.pause_upstream(name, duration)
+            target = f"{name} for {written}" if written else f"{name} until resumed"
+        else:
+            raise NotFoundException(detail=f"No upstream action {action[:20]!r}: pause or resume.")
+        _act(request, resources, f"{action} upstream", target)
         return _done(request, message)
 
 

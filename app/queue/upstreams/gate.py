@@ -75,6 +75,7 @@ if held then
   end
   probe = true
 end
+if subject ~= '' then redis.call('ZREM', KEYS[5], subject) end
 if mode == 'check' then
   return {probe and 1 or 0, 0, 0}
 end
@@ -85,7 +86,6 @@ if cap > 0 then
   redis.call('ZADD', KEYS[4], string.format('%.0f', now + tonumber(ARGV[5])), ARGV[3])
   redis.call('PEXPIRE', KEYS[4], math.floor(tonumber(ARGV[5]) / 1000) + 1000)
 end
-if subject ~= '' then redis.call('ZREM', KEYS[5], subject) end
 if probe then
   redis.call('SET', KEYS[3], string.format('%.0f', now) .. ':' .. ARGV[3], 'PX', math.floor(tonumber(ARGV[5]) / 1000))
   return {1, 0, 0}
