@@ -78,7 +78,7 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
         job_id, given_back = ctx["job_id"], 0
         if ctx["job_try"] > 1:
             given_back = await tries.count(job_id)
-        context = JobContext(resources, job_id, ctx["job_try"] - given_back, limit, queue)
+        context = JobContext(resources, job_id, max(1, ctx["job_try"] - given_back), limit, queue)
         with bound_request_id(request_id):
             try:
                 await run_attempt(context, job_cls, raw)
