@@ -118,7 +118,7 @@ async def _outage(run: Run, stub: BacklogStripeStub, events: int, customers: int
     stub.reset()
     result = Outage(seconds, run.mode.outage_probe_seconds)
     expected, rows = await _seed(run, stub, events, customers)
-    stub.fail("/v1/customers", status=500, times=None)
+    stub.fail("/v1", status=500, times=None)
     env = {
         "STRIPE_API_BASE": stub.base_url,
         "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND),

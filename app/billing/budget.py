@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from app.core.resources import Resources
 from app.queue.job import FromSetting
 from app.queue.upstreams import Upstream
 from app.queue.upstreams.rate import (
@@ -36,7 +37,15 @@ __all__ = [
     "TurnLater",
 ]
 
-STRIPE = Upstream("stripe", per_second=FromSetting("stripe_api_rate_limit_per_second"))
+
+async def _stripe_answers(resources: Resources) -> None:
+    """Stripe's health check: a read whatever the subject (``StripeGateway.health``)."""
+    from app.billing.stripe_gateway import stripe_gateway  # the gateway builds on this module: imported when used
+
+    await stripe_gateway(resources).health()
+
+
+STRIPE = Upstream("stripe", per_second=FromSetting("stripe_api_rate_limit_per_second"), health=_stripe_answers)
 
 
 class StripeBudget(RateBudget):

@@ -185,6 +185,16 @@ class StripeGateway:
         page = await self._get("events.list", "the event list", "/v1/events", **params)
         return list(page["data"]), bool(page.get("has_more"))
 
+    async def health(self) -> None:
+        """Whether Stripe answers, whatever the subject: one event listed, outside the upstream's gate (it is the
+        gate's check); raises as a read would when Stripe does not answer."""
+        try:
+            await self._client.raw_request_async("get", "/v1/events", limit=1)
+        except stripe.StripeError as exc:
+            child(STRIPE_REQUESTS, "events.list", str(exc.http_status or "none")).inc()
+            raise self._mapped("the event list", exc) from exc
+        child(STRIPE_REQUESTS, "events.list", "200").inc()
+
     async def _charge_of(self, obj: dict[str, Any], turn: Turn | None) -> Charge | None:
         charge_id = link_id(obj.get("charge"))
         if charge_id is None:

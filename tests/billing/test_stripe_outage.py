@@ -14,6 +14,7 @@ from app.billing.sync import SyncComesBack
 from app.core.resources import Resources
 from app.core.sentry import init_sentry
 from app.queue.upstreams import UpstreamHeld
+from app.testing import signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
 from app.webhooks.maintenance import recover
@@ -66,13 +67,16 @@ async def test_stripe_down_for_everyone_holds_after_three_customers_and_sets_not
     init_sentry(worker.settings, "worker")
     customers = [f"cus_outage_{n}" for n in range(6)]
     workspaces = await linked(worker, stripe_stub, customers)
-    stripe_stub.fail("/v1/customers", status=500, times=None)  # every read, for as long as it lasts
+    stripe_stub.fail("/v1", status=500, times=None)  # every call, for as long as it lasts
     rows = [await store(worker, subscription_delivery(webhook_secrets["stripe"], customer)) for customer in customers]
 
     with caplog.at_level(logging.ERROR, logger="app.queue.upstreams.calls"):
         tried = [await event_try(worker, row_id) for row_id in rows]
     assert [type(exc) for exc in tried] == [SyncComesBack, SyncComesBack, *[UpstreamHeld] * 4]
-    assert len(stripe_stub.requests) == 3  # the third failure held it: the last three asked nothing
+    # The third failure, confirmed by Stripe's health check (an event list) failing too, held it: the last three
+    # asked nothing.
+    assert [path for _, path in stripe_stub.requests][-2:] == ["/v1/customers/cus_outage_2", "/v1/events"]
+    assert len(stripe_stub.requests) == 4
     assert [row.attempts for row in await rows_of(worker, rows)] == [1, 1, 0, 0, 0, 0]
     (alert,) = [r.getMessage() for r in caplog.records if r.name == "app.queue.upstreams.calls"]
     assert alert.startswith("Upstream stripe is held: 3 different subjects failed in a row")
@@ -88,7 +92,7 @@ async def test_stripe_down_for_everyone_holds_after_three_customers_and_sets_not
         await recover(cron)
     assert all(row.abandoned_at is None for row in await rows_of(worker, rows))
     assert [row.attempts for row in await rows_of(worker, rows)] == [1, 1, 0, 0, 0, 0]
-    assert 3 + 6 <= len(stripe_stub.requests) <= 3 + 8  # one probe per interval, no more
+    assert 4 + 6 <= len(stripe_stub.requests) <= 4 + 8  # one probe (a health check) per interval, no more
     sentry_enabled.wait_for(lambda events: len(hold_alerts(sentry_enabled)) >= 1)
     assert len(hold_alerts(sentry_enabled)) == 1 and len(sync_errors(sentry_enabled)) == 2  # the two tries before it
 
@@ -100,6 +104,38 @@ async def test_stripe_down_for_everyone_holds_after_three_customers_and_sets_not
     assert [(await workspace_row(worker, workspace)).seat_quantity for workspace in workspaces] == [2] * 6
     assert (await STRIPE.of(worker).status()).state == "ok"
     assert len(hold_alerts(sentry_enabled)) == 1 and len(sync_errors(sentry_enabled)) == 2
+
+
+async def test_a_few_objects_failing_while_nothing_else_is_read_hold_nothing_when_stripe_answers(
+    open_resources: OpenResources,
+    stripe_stub: StripeStub,
+    webhook_secrets: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Three disputes Stripe answers 500 for, and no other read between: as many distinct subjects as an outage,
+    but Stripe's health check answers, so they retry and are set aside as one object failing alone would be."""
+    worker = await open_resources(**SHORT_RETRY_WINDOW)
+    for dispute in ("dp_1", "dp_2", "dp_3"):
+        stripe_stub.fail(f"/v1/disputes/{dispute}", status=500, times=None)
+    secret = webhook_secrets["stripe"]
+    rows = [
+        await store(
+            worker,
+            signed_stripe_delivery(stripe_event("charge.dispute.created", stripe_object("dispute", id=d)), secret),
+        )
+        for d in ("dp_1", "dp_2", "dp_3")
+    ]
+    with caplog.at_level(logging.INFO, logger="app.queue.upstreams.calls"):
+        tried = [await event_try(worker, row_id) for row_id in rows]
+    assert [type(exc) for exc in tried] == [SyncComesBack] * 3  # each spent an attempt: no hold
+    assert (await STRIPE.of(worker).status()).state == "ok"
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "app.queue.upstreams.calls"]
+    assert said.startswith("Upstream stripe: 3 different subjects failed in a row, but it answers its health check")
+    for dispute in ("dp_1", "dp_2", "dp_3"):
+        assert await comes_back(worker, f"dispute:{dispute}") is None  # a second failure: its round is over
+    assert [row.attempts for row in await rows_of(worker, rows)] == [2, 2, 2]
+    await recover(await open_resources(**SHORT_RETRY_WINDOW, MESSAGE_QUEUE_DRIVER="arq"))
+    assert all(row.abandoned_at is not None for row in await rows_of(worker, rows))
 
 
 async def test_one_customer_failing_while_others_succeed_is_set_aside_as_before_and_never_holds(

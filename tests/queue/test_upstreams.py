@@ -183,3 +183,44 @@ def test_two_modules_declaring_one_name_differently_are_refused() -> None:
         declared_upstreams([one, other])
     with pytest.raises(ValueError, match="lowercase"):
         Upstream("Mail Provider", per_second=5)
+
+
+HEALTH = {"up": True, "checks": 0}
+
+
+async def _answers(resources: Resources) -> None:
+    HEALTH["checks"] += 1
+    if not HEALTH["up"]:
+        raise ConnectionError("refused")
+
+
+CHECKED = Upstream("checked", per_second=100, health=_answers)
+
+
+async def test_with_a_health_check_a_hold_begins_only_if_it_fails_too_and_it_is_the_probe(open_process: Open) -> None:
+    resources = open_process(UPSTREAM_HOLD_AFTER_SUBJECTS="2", UPSTREAM_PROBE_SECONDS="0.5")
+    HEALTH.update(up=True, checks=0)
+    for subject in ("a", "b"):  # two objects failing while nothing else is asked: it answers its check
+        assert isinstance(await fail(resources, CHECKED, subject, ConnectionError("reset")), ConnectionError)
+    assert HEALTH["checks"] == 1 and (await CHECKED.of(resources).status()).state == "ok"
+
+    HEALTH["up"] = False
+    for subject in ("c", "d"):
+        seen = await fail(resources, CHECKED, subject, ConnectionError("refused"))
+    assert isinstance(seen, UpstreamHeld) and (await CHECKED.of(resources).status()).state == "held"
+
+    made = []
+
+    async def call(subject: str) -> None:
+        async with CHECKED.call(resources, subject):
+            made.append(subject)
+
+    await asyncio.sleep(0.55)
+    with pytest.raises(UpstreamHeld):  # the probe is its check, which fails: the job's own call is not made
+        await call("e")
+    assert made == [] and HEALTH["checks"] == 3
+
+    HEALTH["up"] = True
+    await asyncio.sleep(0.55)
+    await call("f")  # the check answers: the hold ends, and the call goes on
+    assert made == ["f"] and (await CHECKED.of(resources).status()).state == "ok"

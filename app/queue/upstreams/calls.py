@@ -31,7 +31,7 @@ from app.core.resources import Resources
 from app.core.sentry import report_message
 from app.queue.errors import HTTPStatusError, PermanentError, RetryLater
 from app.queue.upstreams.declaration import Upstream, declared_upstreams
-from app.queue.upstreams.gate import GateStatus, Passage, UpstreamGate
+from app.queue.upstreams.gate import GateStatus, Passage, Recorded, UpstreamGate
 from app.queue.upstreams.rate import RateBudget, Turn
 from app.queue.upstreams.waits import UpstreamBusy, UpstreamHeld, UpstreamPaused, UpstreamWait
 
@@ -90,6 +90,8 @@ class UpstreamCalls:
             lease_seconds=declared.timeout_seconds + LEASE_MARGIN_SECONDS,
         )
         self.probe_seconds = settings.upstream_probe_seconds
+        self.health = declared.health
+        self.resources = resources
         self.unlisted = False
         """Called, but listed by no loaded module (said once, at its first call)."""
 
@@ -117,6 +119,10 @@ class UpstreamCalls:
         await (turn.call() if turn is not None else self.budget.acquire())
         await self.budget.admit()
         passage = await self._enter(subject, token)
+        if passage.verdict == "probe" and self.health is not None:
+            await self._probe(token)  # its health is the probe: UpstreamHeld while it fails
+            token = secrets.token_hex(8)
+            passage = await self._enter(subject, token)
         call = Call(self.name, time.monotonic() - started, passage.verdict == "probe")
         child(UPSTREAM_WAIT, self.name).observe(call.waited)
         try:
@@ -187,14 +193,51 @@ class UpstreamCalls:
             await self._record(subject, token, None)
             return
         child(UPSTREAM_CALLS, self.name, "failed").inc()
-        recorded = await self.gate.record(subject, token, error=describe(exc))
+        confirm = self.health is not None
+        recorded = await self.gate.record(subject, token, error=describe(exc), confirm=confirm)
         if recorded.outcome == "began":
+            if confirm:
+                healthy, recorded = await self._health(token)
+                if healthy:  # it answers: these subjects fail on their own, and this failure is its subject's
+                    logger.info(
+                        "Upstream %s: %d different subjects failed in a row, but it answers its health check: "
+                        "no hold; they fail on their own (retried, then set aside as usual).",
+                        self.name,
+                        self.gate.hold_after,
+                    )
+                    return
             self._alert_hold(describe(exc))
         if recorded.outcome in ("began", "held"):
             raise self._held(recorded.seconds) from exc
 
+    async def _probe(self, token: str) -> None:
+        """The probe of a held upstream, by its health check: its answer ends the hold, its failure keeps it."""
+        healthy, recorded = await self._health(token)
+        if healthy:
+            self._said_ended(recorded)
+            return
+        raise self._held(recorded.seconds)
+
+    async def _health(self, token: str) -> tuple[bool, Recorded]:
+        """Call the health check under ``token`` (which holds the probe's claim): whether it answered, and what
+        the gate recorded (the hold ended or not; still held, with the next probe's time)."""
+        assert self.health is not None
+        await self.budget.acquire()
+        await self.budget.admit()
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.health(self.resources)
+        except Exception as exc:
+            if answered(exc) is None:
+                child(UPSTREAM_CALLS, self.name, "failed").inc()
+                return False, await self.gate.record("health check", token, error=describe(exc))
+        child(UPSTREAM_CALLS, self.name, "ok").inc()
+        return True, await self.gate.record("health check", token, error=None)
+
     async def _record(self, subject: str, token: str, error: str | None) -> None:
-        recorded = await self.gate.record(subject, token, error=error)
+        self._said_ended(await self.gate.record(subject, token, error=error))
+
+    def _said_ended(self, recorded: Recorded) -> None:
         if recorded.outcome == "ended":
             logger.info(
                 "Upstream %s answers again: its hold ended after %.0f s; the waiting jobs drain at %d calls "

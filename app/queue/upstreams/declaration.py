@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,13 +28,18 @@ class Upstream:
 
     ``per_second``: calls per second across the whole fleet (a whole number, or ``FromSetting(...)``);
     ``in_flight``: at most this many calls at once across the fleet (None: no cap); ``timeout_seconds``: one
-    call's time limit (a call past it fails as a timeout, which counts toward a hold).
+    call's time limit (a call past it fails as a timeout, which counts toward a hold); ``health``: optional, a
+    call that shows the upstream answers whatever the subject (Stripe's lists one event), raising when it does
+    not. With it, subjects failing in a row hold the upstream only if it fails too (a few objects failing while
+    nothing else is asked are no outage), and it is the probe of a hold; without it, the probe is a waiting
+    job's own call.
     """
 
     name: str
     per_second: int | FromSetting
     in_flight: int | None = None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    health: Callable[[Resources], Awaitable[object]] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

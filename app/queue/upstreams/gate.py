@@ -95,8 +95,9 @@ return {0, 0, 0}
 
 # KEYS: state, subjects failing, probe claim, leases in flight. ARGV: 'answered', 'failed' or 'released' (no
 # outcome: the call was not made), subject, token, the error (failed), hold threshold, probe interval (µs), how
-# long the failing set lives (ms). Returns {outcome, µs}: 0 nothing changed; 1 the hold ended (held that long);
-# 2 the hold began (the first probe that far ahead); 3 still held (the next probe that far).
+# long the failing set lives (ms), '1' when a hold that begins is confirmed by the caller first (it gets the probe's
+# claim: the others wait briefly), lease (µs). Returns {outcome, µs}: 0 nothing changed; 1 the hold ended (held
+# that long); 2 the hold began (the first probe that far ahead); 3 still held (the next probe that far).
 _RECORD_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -131,6 +132,9 @@ redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
 if redis.call('SCARD', KEYS[2]) < tonumber(ARGV[5]) then return {0, 0} end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'held_since', string.format('%.0f', now), 'probe_at', string.format('%.0f', now + probe_us))
+if ARGV[8] == '1' then
+  redis.call('SET', KEYS[3], string.format('%.0f', now) .. ':' .. ARGV[3], 'PX', math.floor(tonumber(ARGV[9]) / 1000))
+end
 return {2, probe_us}
 """
 
@@ -228,9 +232,12 @@ class UpstreamGate:
         """The moment of the call: go (as the probe, when one is due and unclaimed), wait, or the cap is full."""
         return await self._ask("enter", subject, token)
 
-    async def record(self, subject: str, token: str, *, error: str | None, made: bool = True) -> Recorded:
+    async def record(
+        self, subject: str, token: str, *, error: str | None, made: bool = True, confirm: bool = False
+    ) -> Recorded:
         """The call's outcome: ``error`` None when the upstream answered (a success, a 4xx, a 429); ``made``
-        False when the call was not made after all (its lease and probe claim are given back, nothing counted)."""
+        False when the call was not made after all (its lease and probe claim are given back, nothing counted);
+        ``confirm``: a hold this failure begins is the caller's to confirm (it holds the probe's claim)."""
         mode = "released" if not made else "answered" if error is None else "failed"
         try:
             outcome, micros = await self._record(
@@ -243,6 +250,8 @@ class UpstreamGate:
                     self.hold_after,
                     self.probe_us,
                     FAILING_TTL_MS,
+                    "1" if confirm else "0",
+                    self.lease_us,
                 ],
             )
         except (RedisError, OSError) as exc:
