@@ -117,7 +117,6 @@ async def _outage(run: Run, stub: BacklogStripeStub, events: int, customers: int
     await run.reset_inbox()
     stub.reset()
     result = Outage(seconds, run.mode.outage_probe_seconds)
-    expected, rows = await _seed(run, stub, events, customers)
     stub.fail("/v1", status=500, times=None)
     env = {
         "STRIPE_API_BASE": stub.base_url,
@@ -128,6 +127,8 @@ async def _outage(run: Run, stub: BacklogStripeStub, events: int, customers: int
     managed = await run.start_workers(2, env, queues=None)
     workers = [psutil.Process(worker.process.pid) for worker in managed]
     result.idle_cpu_share = await _idle_share(workers, IDLE_SECONDS * (seconds / 180.0))
+    # Stored only now: the recovery cron (every minute) queues what is 5 s old, the outage's events included.
+    expected, rows = await _seed(run, stub, events, customers)
     due = due_in(len(rows))
     await queue_events_due(run, rows, due)
     started = await until_due(due)
