@@ -33,6 +33,7 @@ from bench import (
     phase_outage,
     phase_pipeline,
     phase_stripe_backlog,
+    phase_thin_backlog,
 )
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
 from bench.modes import MODES, Mode
@@ -45,6 +46,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "crons": phase_crons.crons,
     "adapter": phase_adapter.adapter,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
+    "thin_backlog": phase_thin_backlog.thin_backlog,
     "outage": phase_outage.outage,
     "isolation": phase_isolation.isolation,
     "fairness": phase_fairness.fairness,

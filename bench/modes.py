@@ -23,6 +23,8 @@ class Mode:
     # stripe_backlog: the backlog's events and the customers they are about
     stripe_backlog_events: int = 2_000
     stripe_backlog_customers: int = 200
+    # thin_backlog: the stripe_backlog's events as thin events, then as many about this many customers never seen
+    thin_backlog_unknown_customers: int = 20
     # outage: Stripe events of these customers arriving while Stripe answers 500 for this long; the probe interval
     outage_events: int = 2_000
     outage_customers: int = 200
@@ -58,6 +60,7 @@ MODES = {
         reference_drains_2w=False,
         stripe_backlog_events=200,
         stripe_backlog_customers=20,
+        thin_backlog_unknown_customers=5,
         outage_events=200,
         outage_customers=20,
         outage_seconds=12.0,
@@ -85,6 +88,7 @@ MODES = {
         drain_rounds=2,
         stripe_backlog_events=10_000,
         stripe_backlog_customers=1_000,
+        thin_backlog_unknown_customers=100,
         outage_seconds=300.0,
         isolation_flood=20_000,
         fairness_flood=20_000,

@@ -1,12 +1,13 @@
-"""The worked example's feature module: one job, one cron and the upstream its job calls."""
+"""The worked example's feature module: one job on its own queue, one cron and the upstream its job calls."""
 
 from app.clients.crons import SendWeeklySummariesCronJob
 from app.clients.email import EMAIL
-from app.clients.jobs import SendClientSummaryJob
+from app.clients.jobs import CLIENTS_QUEUE, SendClientSummaryJob
 from app.core.module import FeatureModule
 
 MODULE = FeatureModule(
     name="clients",
+    queues=[CLIENTS_QUEUE],
     jobs=[SendClientSummaryJob],
     crons=[SendWeeklySummariesCronJob],
     upstreams=[EMAIL],

@@ -48,13 +48,16 @@ class PipelineState:
 
 
 async def read_state(
-    resources: Resources, worker_crons: Mapping[str, type[CronJob]], upstreams: Mapping[str, Upstream] | None = None
+    resources: Resources,
+    worker_crons: Mapping[str, type[CronJob]],
+    queues: Sequence[str] = tuple(QueueName),
+    upstreams: Mapping[str, Upstream] | None = None,
 ) -> PipelineState:
     inbox = Inbox(resources.db)
     state = PipelineState(inbox=await inbox.unprocessed_counts(), tenants=await inbox.queue_tenants())
     redis, settings = resources.redis, resources.settings
-    for queue in QueueName:
-        state.waiting[str(queue)] = int(await redis.zcard(queue_key(settings, queue)))
+    for queue in queues:
+        state.waiting[queue] = int(await redis.zcard(queue_key(settings, queue)))
     state.workers = await alive(redis, settings)
     state.crons = await _crons(resources, worker_crons)
     state.upstreams = await upstream_rows(resources, upstreams or {})
@@ -83,11 +86,14 @@ class PipelineReader:
         self,
         resources: Resources,
         crons: Mapping[str, type[CronJob]],
+        queues: Sequence[str] = tuple(QueueName),
         upstreams: Mapping[str, Upstream] | None = None,
     ) -> None:
         self.resources = resources
         self.crons = dict(crons)
+        self.queues = list(queues)
+        """The starter's queues and the worker modules' own (``app/queue/queues.py``)."""
         self.upstreams = dict(upstreams or {})
 
     async def read(self) -> PipelineState:
-        return await read_state(self.resources, self.crons, self.upstreams)
+        return await read_state(self.resources, self.crons, self.queues, self.upstreams)

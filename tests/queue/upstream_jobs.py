@@ -23,7 +23,7 @@ class SendMailData(msgspec.Struct, frozen=True):
 
 
 class SendMailJob(Job[SendMailData]):
-    queue = QueueName.CLIENTS
+    queue = QueueName.DEFAULT
     retry_limit = 2  # a provider down for longer than two retries must not use them up
     backoff_base_seconds = 0.2
 
