@@ -94,6 +94,7 @@ async def test_a_stripe_hold_is_obeyed_by_two_workers_clerk_goes_on_and_the_prob
     async with worker_starter(hold_env) as start:
         workers = await asyncio.gather(start(), start())
         await wait_for(lambda: all(w.has("Upstream stripe is held after an outage") for w in workers), 60, "both")
+        await wait_for(lambda: lines_with(workers, "Upstream stripe is held: "), 30, "the hold's alert")
         assert (await STRIPE.of(intake).status()).state == "held"
         calls_when_held = len(stripe_stub.requests)
         assert 3 + 1 <= calls_when_held <= 3 + 1 + 2  # the failures that held it, the health check that confirmed
