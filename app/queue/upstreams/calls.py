@@ -13,6 +13,11 @@ recorded by what the block raised:
   limit): a failure of ``subject``. When it makes the upstream held, or it
   is held already, the job is told to wait (``UpstreamHeld``, from the
   failure) instead of spending an attempt.
+
+An upstream declared with a health check confirms a hold with it before the
+hold begins (it answers: the subjects fail on their own, and this failure is
+its subject's), and probes a held upstream with it (it answers: the hold
+ends, and the call that probed goes on).
 """
 
 from __future__ import annotations
