@@ -34,6 +34,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.core.redis import LuaScript
+from app.queue.upstreams.scripts import GATE_LUA, RECORD_LUA, STATUS_LUA
 
 logger = logging.getLogger(__name__)
 
@@ -43,110 +44,6 @@ PROBE_IN_FLIGHT_MIN_WAIT_US = 500_000
 FAILING_TTL_MS = 86_400_000
 _QUIET_SECONDS = 60.0
 
-# KEYS: paused, state (hash: held_since, probe_at, last_error, last_error_at), probe claim, leases in flight,
-# subjects waiting. ARGV: mode ('check': may this subject go on?, 'enter': the call is made now), subject, token,
-# cap (0: none), lease (µs), probe interval (µs). Returns {verdict, wait (µs), pause left (µs; -1 until resumed)}:
-# 0 go on; 1 go on as the probe (check: a probe is due); 2 held; 3 paused; 4 the cap in flight is full.
-_GATE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local mode, subject, probe_us = ARGV[1], ARGV[2], tonumber(ARGV[6])
-local function wait(verdict, us, left)
-  if subject ~= '' then
-    redis.call('ZADD', KEYS[5], string.format('%.0f', now + us + tonumber(ARGV[7])), subject)
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-    redis.call('PEXPIRE', KEYS[5], 86400000)
-  end
-  return {verdict, us, left}
-end
-local paused = redis.call('PTTL', KEYS[1])
-if paused == -1 then return wait(3, probe_us, -1) end
-if paused > 0 then return wait(3, math.min(paused * 1000, probe_us), paused * 1000) end
-local probe = false
-local held = redis.call('HGET', KEYS[2], 'held_since')
-if held then
-  local probe_at = tonumber(redis.call('HGET', KEYS[2], 'probe_at')) or now
-  if now < probe_at then return wait(2, probe_at - now, 0) end
-  local claim = redis.call('GET', KEYS[3])
-  if claim then
-    local started = tonumber(string.match(claim, '^(%d+):')) or now
-    local left = math.max(redis.call('PTTL', KEYS[3]), 0) * 1000
-    return wait(2, math.max(tonumber(ARGV[8]), math.min(now - started, left)), 0)
-  end
-  probe = true
-end
-if subject ~= '' then redis.call('ZREM', KEYS[5], subject) end
-if mode == 'check' then
-  return {probe and 1 or 0, 0, 0}
-end
-local cap = tonumber(ARGV[4])
-if cap > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  if redis.call('ZCARD', KEYS[4]) >= cap then return {4, 0, 0} end
-  redis.call('ZADD', KEYS[4], string.format('%.0f', now + tonumber(ARGV[5])), ARGV[3])
-  redis.call('PEXPIRE', KEYS[4], math.floor(tonumber(ARGV[5]) / 1000) + 1000)
-end
-if probe then
-  redis.call('SET', KEYS[3], string.format('%.0f', now) .. ':' .. ARGV[3], 'PX', math.floor(tonumber(ARGV[5]) / 1000))
-  return {1, 0, 0}
-end
-return {0, 0, 0}
-"""
-
-# KEYS: state, subjects failing, probe claim, leases in flight. ARGV: 'answered', 'failed' or 'released' (no
-# outcome: the call was not made), subject, token, the error (failed), hold threshold, probe interval (µs), how
-# long the failing set lives (ms), '1' when a hold that begins is confirmed by the caller first (it gets the probe's
-# claim: the others wait briefly), lease (µs). Returns {outcome, µs}: 0 nothing changed; 1 the hold ended (held
-# that long); 2 the hold began (the first probe that far ahead); 3 still held (the next probe that far).
-_RECORD_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-redis.call('ZREM', KEYS[4], ARGV[3])
-if ARGV[1] == 'released' then
-  local claim = redis.call('GET', KEYS[3])
-  if claim and string.match(claim, '^%d+:(.*)$') == ARGV[3] then redis.call('DEL', KEYS[3]) end
-  return {0, 0}
-end
-if ARGV[1] == 'answered' then
-  redis.call('DEL', KEYS[2])
-  local held = redis.call('HGET', KEYS[1], 'held_since')
-  if not held then return {0, 0} end
-  redis.call('HDEL', KEYS[1], 'held_since', 'probe_at')
-  redis.call('DEL', KEYS[3])
-  return {1, now - tonumber(held)}
-end
-local probe_us = tonumber(ARGV[6])
-redis.call('HSET', KEYS[1], 'last_error', ARGV[4], 'last_error_at', string.format('%.0f', now))
-if redis.call('HGET', KEYS[1], 'held_since') then
-  local probe_at = tonumber(redis.call('HGET', KEYS[1], 'probe_at')) or now
-  local claim = redis.call('GET', KEYS[3])
-  if claim and string.match(claim, '^%d+:(.*)$') == ARGV[3] then
-    probe_at = now + probe_us
-    redis.call('HSET', KEYS[1], 'probe_at', string.format('%.0f', probe_at))
-    redis.call('DEL', KEYS[3])
-  end
-  return {3, math.max(probe_at - now, 0)}
-end
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]))
-if redis.call('SCARD', KEYS[2]) < tonumber(ARGV[5]) then return {0, 0} end
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[1], 'held_since', string.format('%.0f', now), 'probe_at', string.format('%.0f', now + probe_us))
-if ARGV[8] == '1' then
-  redis.call('SET', KEYS[3], string.format('%.0f', now) .. ':' .. ARGV[3], 'PX', math.floor(tonumber(ARGV[9]) / 1000))
-end
-return {2, probe_us}
-"""
-
-# KEYS: paused, state, subjects waiting. Returns {now, pause left (ms; -2 not paused, -1 until resumed),
-# paused since, held since, last error, last error at, subjects waiting} (times in µs, '' when unset).
-_STATUS_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local state = redis.call('HMGET', KEYS[2], 'held_since', 'last_error', 'last_error_at')
-return {string.format('%.0f', now), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) or '',
-  state[1] or '', state[2] or '', state[3] or '', redis.call('ZCOUNT', KEYS[3], now, '+inf')}
-"""
 
 Verdict = Literal["go", "probe", "held", "paused", "full"]
 _VERDICTS: tuple[Verdict, ...] = ("go", "probe", "held", "paused", "full")
@@ -219,9 +116,9 @@ class UpstreamGate:
         self.paused_key, self.state_key = f"{prefix}paused", f"{prefix}state"
         self._probe_key, self._leases_key = f"{prefix}probe", f"{prefix}in_flight"
         self._failing_key, self._waiting_key = f"{prefix}failing", f"{prefix}waiting"
-        self._gate = LuaScript(redis, _GATE_LUA)
-        self._record = LuaScript(redis, _RECORD_LUA)
-        self._status = LuaScript(redis, _STATUS_LUA)
+        self._gate = LuaScript(redis, GATE_LUA)
+        self._record = LuaScript(redis, RECORD_LUA)
+        self._status = LuaScript(redis, STATUS_LUA)
         self._quiet_until = 0.0
 
     async def check(self, subject: str) -> Passage:

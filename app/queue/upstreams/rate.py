@@ -51,6 +51,7 @@ from redis.exceptions import RedisError
 
 from app.core.redis import LuaScript
 from app.queue.errors import RetryLater
+from app.queue.upstreams.scripts import ADMIT_LUA, BUDGET_LUA
 
 logger = logging.getLogger(__name__)
 
@@ -63,81 +64,6 @@ TAKE_WITHIN_SECONDS = 0.5
 TURN_EARLY_SECONDS = 0.2
 """A sync's job is queued this much before its turn (the queue's poll and the job's start take time)."""
 
-# KEYS: the log of admitted and reserved calls (scores: microseconds, some in the future), the participants
-# (one member per process), the pause key (set after a 429), the turn of the caller's subject (or a key nobody
-# uses). ARGV: limit, a call-unique member, this process's id, the window, how long a process counts as seen,
-# the longest wait (µs) an acquire may reserve, the mode (acquire, reserve or take), calls, the longest wait (µs)
-# a take waits where it is. Returns {status, microseconds, processes seen, calls of the turn}:
-# 1, slots reserved for the caller (wait that long, then call); 0, nothing reserved (paused: until the pause
-# ends; or no slot within the wait); 2, a turn that far ahead reserved under the key; 3, the key's turn is that
-# far ahead. A taken turn's calls are at that time and one spacing apart after it. A turn's key holds
-# "<time>:<calls>": a take gets the calls reserved, not the ones it asked for (a sync short of calls reserves
-# more, and its job comes back with the data it had).
-_BUDGET_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window, mode, calls = tonumber(ARGV[4]), ARGV[7], tonumber(ARGV[8])
-local spacing = window / tonumber(ARGV[1])
-redis.call('ZADD', KEYS[2], now, ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[5]))
-redis.call('PEXPIRE', KEYS[2], 20000)
-local seen = redis.call('ZCARD', KEYS[2])
-local paused = redis.call('PTTL', KEYS[3])
-if paused > 0 then
-  return {0, paused * 1000, seen, 0}
-end
-if mode ~= 'acquire' then
-  local value = redis.call('GET', KEYS[4])
-  if value then
-    local held, held_calls = string.match(value, '^(%d+):(%d+)$')
-    held, held_calls = tonumber(held), tonumber(held_calls)
-    if mode == 'reserve' or held - now > tonumber(ARGV[9]) then
-      return {3, held - now, seen, held_calls}
-    end
-    redis.call('DEL', KEYS[4])
-    return {1, math.max(held - now, 0), seen, held_calls}
-  end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local at = now
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then
-  at = math.max(now, tonumber(last[2]) + spacing)
-end
-if mode == 'acquire' and at - now > tonumber(ARGV[6]) then
-  return {0, at - now, seen, 0}
-end
-for k = 0, calls - 1 do
-  redis.call('ZADD', KEYS[1], at + k * spacing, string.format('%.0f', at + k * spacing) .. ':' .. ARGV[2] .. ':' .. k)
-end
-redis.call('PEXPIRE', KEYS[1], math.floor((at - now + calls * spacing) / 1000) + 2000)
-if mode == 'reserve' or (mode == 'take' and at - now > tonumber(ARGV[9])) then
-  local value = string.format('%.0f', at) .. ':' .. calls
-  redis.call('SET', KEYS[4], value, 'PX', math.max(1, math.floor((at - now + spacing) / 1000)))
-  return {2, at - now, seen, calls}
-end
-return {1, at - now, seen, calls}
-"""
-
-# KEYS: the log of calls made (scores: microseconds), the pause key. ARGV: limit, window (µs), a call-unique member.
-# Returns 0 when the call is admitted (and logged), else how many microseconds to wait before asking again.
-_ADMIT_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window = tonumber(ARGV[2])
-local paused = redis.call('PTTL', KEYS[2])
-if paused > 0 then
-  return paused * 1000
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000) + 1000)
-  return 0
-end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return math.max(tonumber(oldest[2]) + window - now, 1000)
-"""
 ADMIT_WAIT_SECONDS = 2.0
 """A call waits at most this long at the moment it is made; a sync holding its locks then comes back later."""
 
@@ -223,8 +149,8 @@ class RateBudget:
         self._keys = [self.log_key, f"{prefix}budget:processes", f"{prefix}backoff"]
         self._turn_prefix = f"{prefix}turn:"
         """Reserved turns, one key per subject (microseconds, by Redis' clock)."""
-        self._script = LuaScript(redis, _BUDGET_LUA)
-        self._admit = LuaScript(redis, _ADMIT_LUA)
+        self._script = LuaScript(redis, BUDGET_LUA)
+        self._admit = LuaScript(redis, ADMIT_LUA)
         self.made_key = f"{prefix}budget:made"
         """The calls actually made (scores: microseconds, by Redis' clock): at most N in any window."""
         self._process = secrets.token_hex(6)
