@@ -46,6 +46,7 @@ in polls; not the crons', whose ticks on their own schedule would disturb the cr
 class WorkerKind:
     queues: tuple[str, ...] | None  # None: every queue of the modules it loads
     launcher: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # settings of its own over the run's (the outage's shrunk retries)
 
 
 @dataclass
@@ -83,14 +84,19 @@ class Fleet:
         self.apis.clear()
 
     async def workers(
-        self, count: int = 1, queues: Sequence[str] | None = None, launcher: Sequence[str] = ()
+        self,
+        count: int = 1,
+        queues: Sequence[str] | None = None,
+        launcher: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> list[Managed]:
         """At least ``count`` workers (exactly, unless the run keeps its processes) serving ``queues`` (None:
-        every queue), run by ``launcher``, polling; returns every running one."""
+        every queue), run by ``launcher`` with ``env`` over the run's settings, polling; returns every running
+        one. Other settings are another kind of worker: a kept one is started again with them."""
         if self.keep:  # the kept workers' queues, and any other asked for (None: those)
             served = self.kind.queues if self.kind is not None and self.kind.queues else KEPT_QUEUES
             queues = (*served, *(queue for queue in queues or () if queue not in served))
-        kind = WorkerKind(tuple(queues) if queues else None, tuple(launcher))
+        kind = WorkerKind(tuple(queues) if queues else None, tuple(launcher), tuple(sorted((env or {}).items())))
         if kind != self.kind:
             await self._stop_all()
             self.kind = kind
@@ -98,9 +104,14 @@ class Fleet:
         while len(self.running) < count:
             name = f"worker{len(self.processes.running) + len(self.processes.stopped) + 1}"
             port = free_port()  # each its own /metrics, which the metrics phase scrapes
-            env = {**self.env, "WORKER_METRICS_PORT": str(port)}
+            settings = {**self.env, **dict(kind.env), "WORKER_METRICS_PORT": str(port)}
             worker = await asyncio.to_thread(
-                self.processes.start_worker, name, env, ["--module", "bench.jobs:MODULE"], kind.launcher, kind.queues
+                self.processes.start_worker,
+                name,
+                settings,
+                ["--module", "bench.jobs:MODULE"],
+                kind.launcher,
+                kind.queues,
             )
             worker.metrics_url = f"http://127.0.0.1:{port}/metrics"
             started.append(worker)

@@ -28,6 +28,11 @@ class Mode:
     stripe_backlog_customers: int = 200
     # thin_backlog: the stripe_backlog's events as thin events, then as many about this many customers never seen
     thin_backlog_unknown_customers: int = 20
+    # outage: Stripe events of these customers arriving while Stripe answers 500 for this long; the probe interval
+    outage_events: int = 2_000
+    outage_customers: int = 200
+    outage_seconds: float = 180.0
+    outage_probe_seconds: float = 30.0
     # isolation: a Clerk flood, and Stripe events of other customers delivered at this rate while it drains
     isolation_flood: int = 3_000
     isolation_probe_rate: float = 5.0
@@ -59,6 +64,10 @@ MODES = {
         stripe_backlog_events=200,
         stripe_backlog_customers=20,
         thin_backlog_unknown_customers=5,
+        outage_events=200,
+        outage_customers=20,
+        outage_seconds=12.0,
+        outage_probe_seconds=3.0,
         isolation_flood=200,
         fairness_flood=200,
         fairness_orgs=10,
@@ -86,6 +95,7 @@ MODES = {
         stripe_backlog_events=10_000,
         stripe_backlog_customers=1_000,
         thin_backlog_unknown_customers=100,
+        outage_seconds=300.0,
         isolation_flood=20_000,
         fairness_flood=20_000,
     ),

@@ -52,6 +52,48 @@ def _flood(phase: str) -> Callable[[dict[str, Any]], str]:
     )
 
 
+OUTAGE_ROWS = (
+    Row(
+        "outage: Stripe calls while Stripe was down",
+        _f("outage_calls"),
+        lambda r: (
+            f"{_f('outage_events')(r)} events, down {_f('outage_seconds')(r)} s, a probe every "
+            f"{_f('outage_probe_seconds')(r)} s; held after {_f('outage_held_after_seconds', 1)(r)} s"
+        ),
+        "<= outage / probe + 3 + 2",
+        _check(lambda r: r["outage_calls"] <= r["outage_calls_goal"]),
+    ),
+    Row(
+        "outage: events set aside",
+        _f("outage_set_aside"),
+        _text("3 tries a round, set aside at the 3rd attempt by the recovery cron (every minute)"),
+        "0",
+        _check(lambda r: r["outage_set_aside"] == 0),
+    ),
+    Row(
+        "outage: two workers' CPU while everything waited (share of a core)",
+        lambda r: (
+            f"{r['outage_worker_cpu_share'] * 100:.1f}%" if r.get("outage_worker_cpu_share") is not None else "n/a"
+        ),
+        lambda r: (
+            f"beyond their idle {r['outage_idle_cpu_share'] * 100:.1f}%, once the arrivals were taken in "
+            f"({_f('outage_arrival_cpu_seconds', 1)(r)} s of CPU in {_f('outage_arrival_seconds')(r)} s)"
+            if r.get("outage_idle_cpu_share") is not None
+            else "n/a"
+        ),
+        "<= 5%",
+        _check(lambda r: r["outage_worker_cpu_share"] <= 0.05),
+    ),
+    Row(
+        "outage: drain after the probe's success / (reads / 20 per s)",
+        _f("outage_drain_ratio", 2),
+        lambda r: f"{_f('outage_drain_reads')(r)} reads in {_f('outage_drain_seconds', 1)(r)} s",
+        "<= 1.25",
+        _check(lambda r: r["outage_drain_ratio"] <= 1.25),
+    ),
+)
+
+
 FLOOD_ROWS = (
     Row(
         "isolation: Stripe events' wait p50 / p99 (ms)",
@@ -288,6 +330,7 @@ ROWS = (
         "<= 1.1",
         _check(lambda r: r["thin_backlog_cpu_ratio"] <= 1.1),
     ),
+    *OUTAGE_ROWS,
     *FLOOD_ROWS,
     *ADAPTER_ROWS,
     Row(

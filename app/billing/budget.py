@@ -1,351 +1,56 @@
-"""One Stripe API budget for the whole fleet: at most ``STRIPE_API_RATE_LIMIT_PER_SECOND`` calls in any second.
+"""The ``stripe`` upstream: its declaration (``STRIPE_API_RATE_LIMIT_PER_SECOND`` calls a second across the fleet)
+and its budget.
 
-Every call to Stripe, from every worker, command and cron, first takes a slot
-here. The slots are a log in Redis, the same atomic approach as the webhook rate
-limiter (one Lua script), with no burst allowance: calls are spaced at least
-1/N s apart (N = the budget per second), so no one-second window holds more
-than N, and a call that leaves its worker late cannot land in a burst that
-Stripe would count in the same second.
-
-Two ways to take slots:
-
-- :meth:`StripeBudget.acquire`: one call now, waiting for the first free slot
-  (callers are served in turn: each reserves the first free time and wakes
-  once), for at most ``MAX_WAIT_SECONDS``; a later one is not reserved.
-  Commands and crons use it.
-- A *turn* (:meth:`reserve`, :meth:`take`): the calls of one sync (``calls``
-  slots, one spacing apart), reserved under the sync's subject when the sync is
-  asked for, so that its job is queued for the time its turn comes and waits
-  for nothing meanwhile: no worker slot, no transaction, no lock. A turn is
-  taken by the first caller of its subject that comes at most one spacing
-  late; past that it is gone, its slots unused, and a new one is reserved.
-
-Turns and slots schedule the calls; the guarantee is kept at the moment of
-each call (:meth:`StripeBudget.admit`): the calls actually made are logged
-too, and one that would be the N+1th in a second waits its moment. A sync
-that took its turn and then waited for its locks (a busy database) would
-otherwise call late, beside the calls of the turns after its own.
-
-A 429 from Stripe pauses the whole budget for its ``Retry-After``: every
-process waits, not only the one that was told.
-
-Redis unreachable: each process keeps to its own share of the budget (the
-budget divided by the processes seen taking slots in the last ten seconds)
-and says so once.
+The mechanism is the queue's (``app.queue.upstreams``): the rate, turns,
+admission at the moment of a call and the pause after a 429 (``rate.py``), the
+outage hold and the operator's pause (``gate.py``). What is Stripe's stays in
+billing: this declaration, the turns its syncs reserve per subject
+(``sync.py``) and the mapping of Stripe's answers (``stripe_gateway.py``). The
+budget's names are kept here for billing's code and tests.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import logging
-import secrets
-import time
-from dataclasses import dataclass, field
-
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from app.core.redis import LuaScript
-from app.queue.errors import RetryLater
+from app.core.resources import Resources
+from app.queue.job import FromSetting
+from app.queue.upstreams import Upstream
+from app.queue.upstreams.rate import (
+    MAX_WAIT_SECONDS,
+    TURN_EARLY_SECONDS,
+    BudgetExhaustedError,
+    BudgetShortfall,
+    RateBudget,
+    Turn,
+    TurnLater,
+)
 
-logger = logging.getLogger(__name__)
-
-WINDOW_US = 1_000_000
-MAX_WAIT_SECONDS = 15.0
-"""How long :meth:`StripeBudget.acquire` waits for a slot at most; beyond, the caller retries later."""
-PARTICIPANT_TTL_US = 10_000_000
-TAKE_WITHIN_SECONDS = 0.5
-"""A sync whose turn is this close waits for it where it is; a later turn sends its job away until then."""
-TURN_EARLY_SECONDS = 0.2
-"""A sync's job is queued this much before its turn (the queue's poll and the job's start take time)."""
-
-# KEYS: the log of admitted and reserved calls (scores: microseconds, some in the future), the participants
-# (one member per process), the pause key (set after a 429), the turn of the caller's subject (or a key nobody
-# uses). ARGV: limit, a call-unique member, this process's id, the window, how long a process counts as seen,
-# the longest wait (µs) an acquire may reserve, the mode (acquire, reserve or take), calls, the longest wait (µs)
-# a take waits where it is. Returns {status, microseconds, processes seen, calls of the turn}:
-# 1, slots reserved for the caller (wait that long, then call); 0, nothing reserved (paused: until the pause
-# ends; or no slot within the wait); 2, a turn that far ahead reserved under the key; 3, the key's turn is that
-# far ahead. A taken turn's calls are at that time and one spacing apart after it. A turn's key holds
-# "<time>:<calls>": a take gets the calls reserved, not the ones it asked for (a sync short of calls reserves
-# more, and its job comes back with the data it had).
-_BUDGET_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window, mode, calls = tonumber(ARGV[4]), ARGV[7], tonumber(ARGV[8])
-local spacing = window / tonumber(ARGV[1])
-redis.call('ZADD', KEYS[2], now, ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[5]))
-redis.call('PEXPIRE', KEYS[2], 20000)
-local seen = redis.call('ZCARD', KEYS[2])
-local paused = redis.call('PTTL', KEYS[3])
-if paused > 0 then
-  return {0, paused * 1000, seen, 0}
-end
-if mode ~= 'acquire' then
-  local value = redis.call('GET', KEYS[4])
-  if value then
-    local held, held_calls = string.match(value, '^(%d+):(%d+)$')
-    held, held_calls = tonumber(held), tonumber(held_calls)
-    if mode == 'reserve' or held - now > tonumber(ARGV[9]) then
-      return {3, held - now, seen, held_calls}
-    end
-    redis.call('DEL', KEYS[4])
-    return {1, math.max(held - now, 0), seen, held_calls}
-  end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local at = now
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then
-  at = math.max(now, tonumber(last[2]) + spacing)
-end
-if mode == 'acquire' and at - now > tonumber(ARGV[6]) then
-  return {0, at - now, seen, 0}
-end
-for k = 0, calls - 1 do
-  redis.call('ZADD', KEYS[1], at + k * spacing, string.format('%.0f', at + k * spacing) .. ':' .. ARGV[2] .. ':' .. k)
-end
-redis.call('PEXPIRE', KEYS[1], math.floor((at - now + calls * spacing) / 1000) + 2000)
-if mode == 'reserve' or (mode == 'take' and at - now > tonumber(ARGV[9])) then
-  local value = string.format('%.0f', at) .. ':' .. calls
-  redis.call('SET', KEYS[4], value, 'PX', math.max(1, math.floor((at - now + spacing) / 1000)))
-  return {2, at - now, seen, calls}
-end
-return {1, at - now, seen, calls}
-"""
-
-# KEYS: the log of calls made (scores: microseconds), the pause key. ARGV: limit, window (µs), a call-unique member.
-# Returns 0 when the call is admitted (and logged), else how many microseconds to wait before asking again.
-_ADMIT_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local window = tonumber(ARGV[2])
-local paused = redis.call('PTTL', KEYS[2])
-if paused > 0 then
-  return paused * 1000
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000) + 1000)
-  return 0
-end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return math.max(tonumber(oldest[2]) + window - now, 1000)
-"""
-ADMIT_WAIT_SECONDS = 2.0
-"""A call waits at most this long at the moment it is made; a sync holding its locks then comes back later."""
-
-_NOT_RESERVED, _RESERVED, _TURN_RESERVED, _TURN_AHEAD = 0, 1, 2, 3
+__all__ = [
+    "MAX_WAIT_SECONDS",
+    "STRIPE",
+    "TURN_EARLY_SECONDS",
+    "BudgetExhaustedError",
+    "BudgetShortfall",
+    "StripeBudget",
+    "Turn",
+    "TurnLater",
+]
 
 
-class BudgetExhaustedError(RetryLater):
-    """No slot within ``MAX_WAIT_SECONDS``: the Stripe budget is saturated; the job retries a little later."""
+async def _stripe_answers(resources: Resources) -> None:
+    """Stripe's health check: a read whatever the subject (``StripeGateway.health``)."""
+    from app.billing.stripe_gateway import stripe_gateway  # the gateway builds on this module: imported when used
+
+    await stripe_gateway(resources).health()
 
 
-class TurnLater(RetryLater):
-    """The sync's turn of the budget is ``after_seconds`` away (less a little): its job comes back for it.
-
-    Not a failure, nor a warning: a fleet draining a backlog defers most of its syncs once.
-    """
-
-    log_level = logging.INFO
+STRIPE = Upstream("stripe", per_second=FromSetting("stripe_api_rate_limit_per_second"), health=_stripe_answers)
 
 
-class BudgetShortfall(Exception):
-    """A sync needed more calls than its turn held and the next free slot is not near: it is reserved again."""
-
-    def __init__(self, calls_made: int) -> None:
-        super().__init__(f"a sync needed more than the {calls_made} Stripe call(s) its turn held")
-        self.calls_made = calls_made
-
-
-@dataclass
-class Turn:
-    """The calls a sync may make now: the first at ``first`` (monotonic), each next one spacing later."""
-
-    budget: StripeBudget
-    first: float
-    calls: int
-    made: int = 0
-
-    async def call(self) -> float:
-        """Wait for the next call's slot; the seconds waited. Past the reserved calls, a near free slot or
-        :class:`BudgetShortfall`."""
-        if self.made < self.calls:
-            at = self.first + self.made / self.budget.per_second
-            self.made += 1
-            wait = max(0.0, at - time.monotonic())
-            if wait:
-                await asyncio.sleep(wait)
-            return wait
-        waited = await self.budget.acquire(max_wait=TAKE_WITHIN_SECONDS, shortfall_of=self.made)
-        self.made += 1
-        return waited
-
-
-@dataclass
-class _LocalShare:
-    """This process's share of the budget while Redis is away: a sliding log in memory."""
-
-    per_second: int
-    admitted: list[float] = field(default_factory=list)
-
-    def wait_seconds(self, now: float) -> float:
-        self.admitted = [at for at in self.admitted if at > now - 1.0]
-        if len(self.admitted) < self.per_second:
-            self.admitted.append(now)
-            return 0.0
-        return self.admitted[len(self.admitted) - self.per_second] + 1.0 - now
-
-
-class StripeBudget:
-    """One per process; every Stripe call takes a slot first (``acquire``, or a sync's ``Turn``)."""
+class StripeBudget(RateBudget):
+    """The rate of the ``stripe`` upstream, as a process builds it (``stripe_budget(resources)`` gives the one
+    its gateway uses)."""
 
     def __init__(self, redis: Redis, *, per_second: int, namespace: str = "") -> None:
-        self.redis = redis
-        self.per_second = per_second
-        self.log_key = f"{namespace}stripe:budget"
-        """The calls admitted or reserved (scores: microseconds, by Redis' clock)."""
-        self._keys = [self.log_key, f"{namespace}stripe:budget:processes", f"{namespace}stripe:paused"]
-        self._turn_prefix = f"{namespace}stripe:turn:"
-        """Reserved turns, one key per subject (microseconds, by Redis' clock)."""
-        self._script = LuaScript(redis, _BUDGET_LUA)
-        self._admit = LuaScript(redis, _ADMIT_LUA)
-        self._made_key = f"{namespace}stripe:budget:made"
-        """The calls actually made (scores: microseconds, by Redis' clock): at most N in any window."""
-        self._process = secrets.token_hex(6)
-        self._calls = itertools.count()
-        self._processes_seen = 1
-        self._local: _LocalShare | None = None
-        self._lock = asyncio.Lock()
-
-    async def acquire(self, *, max_wait: float = MAX_WAIT_SECONDS, shortfall_of: int | None = None) -> float:
-        """Wait for a slot; returns the seconds waited. Raises ``BudgetExhaustedError`` past ``max_wait``.
-
-        ``shortfall_of``: the caller is a sync that made that many calls of its turn: past ``max_wait`` it is
-        told :class:`BudgetShortfall` instead (it gives back what it holds and reserves a longer turn).
-        """
-        started = time.monotonic()
-        while True:
-            elapsed = time.monotonic() - started
-            status, wait, _ = await self._run("acquire", None, 1, max_wait - elapsed)
-            if status == _RESERVED:
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                return time.monotonic() - started
-            if elapsed + wait > max_wait:
-                if shortfall_of is not None:
-                    raise BudgetShortfall(shortfall_of)
-                raise BudgetExhaustedError(
-                    f"The Stripe API budget ({self.per_second}/s) had no free slot within {max_wait:g} s: "
-                    "the fleet is draining a backlog; retried shortly.",
-                    after_seconds=2.0,
-                )
-            await asyncio.sleep(wait)
-
-    async def reserve(self, subject: str, calls: int) -> float:
-        """Reserve a turn of ``calls`` calls for ``subject`` (or find the one it holds): seconds until it comes."""
-        status, wait, _ = await self._run("reserve", subject, calls, 0.0)
-        return wait if status in (_TURN_RESERVED, _TURN_AHEAD) else 0.0
-
-    async def take(self, subject: str, calls: int) -> Turn:
-        """The subject's turn, now or within ``TAKE_WITHIN_SECONDS``; else :class:`TurnLater` (its job comes back).
-
-        A subject holding no turn (it came too late for the one it had) reserves a new one here.
-        """
-        status, wait, reserved = await self._run("take", subject, calls, 0.0)
-        if status == _RESERVED:
-            return Turn(self, time.monotonic() + wait, max(calls, reserved))
-        if status == _NOT_RESERVED:  # paused after a 429
-            raise TurnLater(
-                f"Stripe API budget ({self.per_second}/s) paused after a 429 for {wait:.1f} s", after_seconds=wait
-            )
-        raise TurnLater(
-            f"Stripe API budget ({self.per_second}/s): {subject}'s turn comes in {wait:.1f} s",
-            after_seconds=max(wait - TURN_EARLY_SECONDS, 0.05),
-        )
-
-    async def admit(self, *, max_wait: float = ADMIT_WAIT_SECONDS) -> float:
-        """The moment of a call: wait while a second already holds N calls made; the seconds waited.
-
-        Past ``max_wait`` (a pause after a 429, or a flood of late calls) ``TurnLater``: the caller comes back.
-        With Redis away, this process keeps to its share (as :meth:`acquire` does).
-        """
-        started = time.monotonic()
-        while True:
-            try:
-                wait_us = await self._admit(
-                    keys=[self._made_key, self._keys[2]],
-                    args=[self.per_second, WINDOW_US, f"{self._process}:{next(self._calls)}"],
-                )
-            except (RedisError, OSError):
-                return 0.0  # the slot was taken from this process's share already
-            wait = int(wait_us) / 1_000_000
-            if wait <= 0:
-                return time.monotonic() - started
-            if time.monotonic() - started + wait > max_wait:
-                raise TurnLater(
-                    f"Stripe API budget ({self.per_second}/s): no call may be made for {wait:.1f} s", after_seconds=wait
-                )
-            await asyncio.sleep(wait)
-
-    async def paused_seconds(self) -> float:
-        """How long every process still waits after a 429 (0: not paused)."""
-        return max(0, int(await self.redis.pttl(self._keys[2]))) / 1000
-
-    async def pause(self, seconds: float) -> None:
-        """Stripe answered 429: no process takes a slot for ``seconds`` (best effort; never raises)."""
-        try:
-            await self.redis.set(self._keys[2], "1", px=max(1, int(seconds * 1000)))
-        except (RedisError, OSError):
-            await asyncio.sleep(seconds)
-
-    async def _run(self, mode: str, subject: str | None, calls: int, may_wait: float) -> tuple[int, float, int]:
-        """(status, seconds, the turn's calls) of one script call; with Redis away, this process's share (reserved
-        at once)."""
-        try:
-            status, wait_us, seen, reserved = await self._script(
-                keys=[*self._keys, f"{self._turn_prefix}{subject or ''}"],
-                args=[
-                    self.per_second,
-                    f"{self._process}:{next(self._calls)}",
-                    self._process,
-                    WINDOW_US,
-                    PARTICIPANT_TTL_US,
-                    max(0, int(may_wait * 1_000_000)),
-                    mode,
-                    calls,
-                    int(TAKE_WITHIN_SECONDS * 1_000_000),
-                ],
-            )
-        except (RedisError, OSError) as exc:
-            if mode == "reserve":
-                return _TURN_RESERVED, 0.0, calls  # the sync runs now and takes its slots from this process's share
-            wait = await self._local_slot(exc)
-            return (_RESERVED if wait <= 0 or mode == "take" else _NOT_RESERVED), wait, calls
-        if self._local is not None:
-            self._local = None
-            logger.info("Stripe API budget: Redis answers again; the fleet shares one budget again.")
-        self._processes_seen = max(1, int(seen))
-        if status == _NOT_RESERVED:
-            return _NOT_RESERVED, max(int(wait_us), 1000) / 1_000_000, 0
-        return int(status), max(int(wait_us), 0) / 1_000_000, int(reserved)
-
-    async def _local_slot(self, exc: BaseException) -> float:
-        if self._local is None:
-            share = max(1, self.per_second // self._processes_seen)
-            self._local = _LocalShare(share)
-            logger.warning(
-                "Stripe API budget: Redis is unavailable (%s: %s); this process keeps to its share of %d calls "
-                "per second (the budget of %d shared by the %d processes seen) until Redis answers.",
-                type(exc).__name__,
-                exc,
-                share,
-                self.per_second,
-                self._processes_seen,
-            )
-        async with self._lock:
-            return self._local.wait_seconds(time.monotonic())
+        super().__init__(redis, name=STRIPE.name, per_second=per_second, namespace=namespace)

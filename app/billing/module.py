@@ -1,5 +1,6 @@
 """The billing feature module: Stripe events, the workspace's billing state and its mirrors."""
 
+from app.billing.budget import STRIPE
 from app.billing.cli import billing_group
 from app.billing.crons import BillingReconcileCronJob
 from app.billing.handlers import STRIPE_EVENTS
@@ -12,6 +13,7 @@ MODULE = FeatureModule(
     jobs=[StripeSyncJob],
     crons=[BillingReconcileCronJob],
     cli_groups=[billing_group],
+    upstreams=[STRIPE],
     webhook_handlers={"stripe": STRIPE_EVENTS},
     models=[BillingDispute, BillingRefund, BillingFraudWarning, BillingSync],
 )

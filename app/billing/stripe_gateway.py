@@ -13,13 +13,15 @@ the same raw request path (:meth:`StripeGateway.thin_events_page`, paged by
 Handlers never trust an event body, so every sync reads Stripe. This file owns
 the client (one per process: ``stripe.HTTPXClient`` binds to the event loop
 that first uses it, and is closed with the process's resources), the timeout
-of every call, the base URL (a stub in tests and demos), the fleet's one API
-budget (``budget``: every call takes a slot first, from the sync's ``Turn``
-when a sync makes it) and the mapping of Stripe's failures onto the queue's
-rules: a 429 pauses the budget for its ``Retry-After``, then a command's call
-is made again (a sync comes back after it: it holds its locks meanwhile); a
-4xx other than 408/425/429 is permanent; anything else (5xx, timeouts,
-refused connections) is retried with backoff.
+of every call, the base URL (a stub in tests and demos), the ``stripe``
+upstream (``budget.STRIPE``: every call passes its rate, taking a slot from
+the sync's ``Turn`` when a sync makes it, and its gate: the outage hold and an
+operator's pause) and the mapping of Stripe's failures onto the queue's rules:
+a 429 pauses the budget for its ``Retry-After``, then a command's call is made
+again (a sync comes back after it: it holds its locks meanwhile); a 4xx other
+than 408/425/429 is permanent; anything else (5xx, timeouts, refused
+connections) is retried with backoff, and counts toward a hold of the
+upstream, whose jobs then wait without spending attempts.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from app.billing.budget import MAX_WAIT_SECONDS, StripeBudget, Turn
+from app.billing.budget import MAX_WAIT_SECONDS, STRIPE, Turn
 from app.billing.stripe_objects import (
     Charge,
     CheckoutSession,
@@ -51,6 +53,8 @@ from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
 from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.errors import RetryLater, error_for_http_status
+from app.queue.upstreams import UpstreamCalls
+from app.queue.upstreams.rate import RateBudget
 
 if TYPE_CHECKING:
     import stripe
@@ -92,13 +96,18 @@ def _retry_after(exc: stripe.StripeError) -> float | None:
         return None
 
 
-class StripeGateway:
-    """Reads of the Stripe API, each bounded by ``STRIPE_API_TIMEOUT_SECONDS`` and taken from the budget."""
+class _RateLimited(RetryLater):
+    """Stripe answered 429 (the budget is paused for every process): the call is made again after it."""
 
-    def __init__(self, settings: Settings, budget: StripeBudget) -> None:
+
+class StripeGateway:
+    """Reads of the Stripe API, each bounded by ``STRIPE_API_TIMEOUT_SECONDS``, through the ``stripe`` upstream."""
+
+    def __init__(self, settings: Settings, upstream: UpstreamCalls) -> None:
         self.base_url = settings.stripe_api_base
         self.timeout = settings.stripe_api_timeout_seconds
-        self.budget = budget
+        self.upstream = upstream
+        self.budget = upstream.budget
         self._http = stripe.HTTPXClient(timeout=self.timeout)
         # No SDK retries (its default): retries belong to the job layer, with backoff and a durable count.
         self._client = stripe.StripeClient(
@@ -190,6 +199,16 @@ class StripeGateway:
         page = await self._get("events.list", "the event list", "/v1/events", **params)
         return list(page["data"]), bool(page.get("has_more"))
 
+    async def health(self) -> None:
+        """Whether Stripe answers, whatever the subject: one event listed, outside the upstream's gate (it is the
+        gate's check); raises as a read would when Stripe does not answer."""
+        try:
+            await self._client.raw_request_async("get", "/v1/events", limit=1)
+        except stripe.StripeError as exc:
+            child(STRIPE_REQUESTS, "events.list", str(exc.http_status or "none")).inc()
+            raise self._mapped("the event list", exc) from exc
+        child(STRIPE_REQUESTS, "events.list", "200").inc()
+
     async def thin_events_page(
         self, types: Sequence[str], created_gte: datetime, created_lte: datetime, next_page: str | None
     ) -> tuple[list[dict[str, Any]], str | None]:
@@ -225,33 +244,41 @@ class StripeGateway:
     async def _get(
         self, operation: str, what: str, path: str, *, turn: Turn | None = None, **params: Any
     ) -> dict[str, Any]:
-        """One GET through the budget, as the JSON Stripe sent.
+        """One GET through the ``stripe`` upstream, as the JSON Stripe sent.
 
-        ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages;
-        ``turn``: the calling sync's reserved calls. A 429 pauses the budget; a sync's call is then retried by
-        its job after the pause (``RetryLater``), a command's is waited out and made again.
+        ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages,
+        and is the call's subject for the outage hold; ``turn``: the calling sync's reserved calls. A 429
+        pauses the budget; a sync's call is then retried by its job after the pause (``RetryLater``), a
+        command's is waited out and made again. Stripe held or paused: ``UpstreamWait`` (the job comes back).
         """
         started = time.monotonic()
         while True:
-            waited = await (turn.call() if turn is not None else self.budget.acquire())
-            STRIPE_BUDGET_WAIT.observe(waited + await self.budget.admit())
             try:
-                response = await self._client.raw_request_async("get", path, **params)
-            except stripe.StripeError as exc:
-                child(STRIPE_REQUESTS, operation, str(exc.http_status or "none")).inc()
-                if not isinstance(exc, stripe.RateLimitError):
-                    raise self._mapped(what, exc) from exc
-                wait = _retry_after(exc) or _DEFAULT_RETRY_AFTER_SECONDS
-                await self.budget.pause(wait)  # every process waits, also when this attempt gives up
-                if turn is not None or time.monotonic() - started + wait > MAX_WAIT_SECONDS:
-                    raise RetryLater(f"Stripe answered 429 reading {what}", after_seconds=wait) from exc
+                async with self.upstream.call(what, turn=turn) as call:
+                    STRIPE_BUDGET_WAIT.observe(call.waited)
+                    return await self._request(operation, what, path, params)
+            except _RateLimited as limited:
+                if turn is not None or time.monotonic() - started + limited.after_seconds > MAX_WAIT_SECONDS:
+                    raise RetryLater(str(limited), after_seconds=limited.after_seconds) from limited
                 logger.warning(
-                    "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.", what, wait
+                    "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.",
+                    what,
+                    limited.after_seconds,
                 )
-                continue
-            child(STRIPE_REQUESTS, operation, "200").inc()
-            data: dict[str, Any] = response.data
-            return data
+
+    async def _request(self, operation: str, what: str, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._client.raw_request_async("get", path, **params)
+        except stripe.StripeError as exc:
+            child(STRIPE_REQUESTS, operation, str(exc.http_status or "none")).inc()
+            if not isinstance(exc, stripe.RateLimitError):
+                raise self._mapped(what, exc) from exc
+            wait = _retry_after(exc) or _DEFAULT_RETRY_AFTER_SECONDS
+            await self.budget.pause(wait)  # every process waits, also when this attempt gives up
+            raise _RateLimited(f"Stripe answered 429 reading {what}", after_seconds=wait) from exc
+        child(STRIPE_REQUESTS, operation, "200").inc()
+        data: dict[str, Any] = response.data
+        return data
 
     def _mapped(self, what: str, exc: stripe.StripeError) -> Exception:
         if isinstance(exc, stripe.APIConnectionError):
@@ -273,15 +300,9 @@ class StripeGateway:
         )
 
 
-def stripe_budget(resources: Resources) -> StripeBudget:
-    """The process's share of the fleet's Stripe API budget (built on first use)."""
-    settings = resources.settings
-    return resources.shared(
-        StripeBudget,
-        lambda: StripeBudget(
-            resources.redis, per_second=settings.stripe_api_rate_limit_per_second, namespace=settings.redis_namespace
-        ),
-    )
+def stripe_budget(resources: Resources) -> RateBudget:
+    """The process's share of the fleet's Stripe API budget: the ``stripe`` upstream's rate (built on first use)."""
+    return STRIPE.of(resources).budget
 
 
 def stripe_gateway(resources: Resources) -> StripeGateway:
@@ -291,7 +312,7 @@ def stripe_gateway(resources: Resources) -> StripeGateway:
         raise RuntimeError("Cannot read billing state from Stripe: STRIPE_API_KEY is not set. Set it.")
 
     def build() -> StripeGateway:
-        gateway = StripeGateway(resources.settings, stripe_budget(resources))
+        gateway = StripeGateway(resources.settings, STRIPE.of(resources))
         resources.add_closer(gateway.close)
         return gateway
 

@@ -11,7 +11,7 @@ The hand-off (``request_sync``, ``BillingRepository.want_sync``) happens in
 Postgres under the ``billing_sync`` row's lock, so no event is stranded: it is
 covered by a pending sync (one that begins its read later), by one in flight
 whose read began after it arrived, or it starts the next generation. A new
-generation reserves its turn of the budget (``StripeBudget.reserve``) and its
+generation reserves its turn of the budget (``RateBudget.reserve``) and its
 job is queued for that time on the Stripe sync queue: while it waits it holds
 no worker slot, no transaction and no lock. Generations of one subject follow
 each other, so at most one sync of a subject is in flight (save a sync whose
@@ -38,7 +38,11 @@ A sync that fails:
   the webhook events' retries (``WEBHOOK_RETRY_LIMIT`` tries a round; then the
   recovery cron queues the events again);
 - told to wait (a 429, its turn not near, more calls needed than its turn
-  held): no attempt counted; it comes back for its turn.
+  held): no attempt counted; it comes back for its turn;
+- Stripe held after an outage (``UPSTREAM_HOLD_AFTER_SUBJECTS`` subjects
+  failed in a row; the failure that made it held is one of them) or paused by
+  an operator: no attempt counted, nothing sent to Sentry; it comes back when
+  the next probe is due (``app.queue.upstreams``), holding nothing meanwhile.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from typing import Any
 
 import msgspec
 
-from app.billing.budget import TURN_EARLY_SECONDS, BudgetShortfall, Turn
+from app.billing.budget import STRIPE, TURN_EARLY_SECONDS, BudgetShortfall, Turn
 from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync
@@ -132,17 +136,17 @@ async def request_sync(
         wait = await stripe_budget(resources).reserve(subject, wanted.calls)
         await repo.sync_due(subject, wanted.generation, wait)
         delay = timedelta(seconds=max(wait - TURN_EARLY_SECONDS, 0.0))
-    else:
-        logger.warning(
-            "Sync of %s (generation %s) is long overdue: its job is queued again.", subject, wanted.generation
-        )
-    await resources.queue.add(
+    queued = await resources.queue.add(
         StripeSyncJob,
         StripeSyncData(subject, wanted.generation, wanted.calls),
         deduplication_id=sync_job_id(subject, wanted.generation),
         delay=delay,
         request_id=request_id,
     )
+    if not wanted.new and queued is not None:  # overdue, and its job was gone (still waiting, e.g. for a hold: no)
+        logger.warning(
+            "Sync of %s (generation %s) was long overdue: its job is queued again.", subject, wanted.generation
+        )
 
 
 def stale_after(resources: Resources) -> float:
@@ -152,6 +156,8 @@ def stale_after(resources: Resources) -> float:
 
 async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     subject, generation = data.subject, data.generation
+    # Stripe held or paused: back when it may call, holding nothing (its job waiting is not lost: request_sync).
+    await STRIPE.of(resources).check(subject)
     turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
     sync, repo = _Sync(resources, subject, generation, turn), BillingRepository(resources.db)
     try:

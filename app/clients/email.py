@@ -1,4 +1,8 @@
-"""The tiny email port the worked example sends through; swap the default for a real provider."""
+"""The tiny email port the worked example sends through; swap the default for a real provider.
+
+``EMAIL`` is the mail provider as an upstream: every send passes its rate
+across the fleet and waits out its outages and pauses (docs/jobs.md).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,12 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.queue.upstreams import Upstream
+
 logger = logging.getLogger(__name__)
+
+EMAIL = Upstream("email", per_second=10)
+"""The mail provider: at most 10 sends a second across the fleet (set it to your provider's limit)."""
 
 
 @dataclass(frozen=True)

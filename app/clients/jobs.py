@@ -7,7 +7,7 @@ import logging
 import msgspec
 from sqlalchemy import func, select
 
-from app.clients.email import EmailMessage, EmailSender, LoggingEmailSender
+from app.clients.email import EMAIL, EmailMessage, EmailSender, LoggingEmailSender
 from app.identity.models import AppUser, Workspace, WorkspaceMember
 from app.queue.effects import perform_once
 from app.queue.job import Job
@@ -25,7 +25,7 @@ class SendClientSummaryJobData(msgspec.Struct, frozen=True):
 
 
 class SendClientSummaryJob(Job[SendClientSummaryJobData]):
-    """Safe to run twice: the email is claimed under (workspace, period) before it is sent."""
+    """Safe to run twice: the email is claimed under (workspace, period) before it is sent, through ``EMAIL``."""
 
     queue = CLIENTS_QUEUE
     retry_limit = 5
@@ -65,7 +65,10 @@ class SendClientSummaryJob(Job[SendClientSummaryJobData]):
             logger.info("Workspace %s has no member with an email: no summary.", data.workspace_id)
             return
         await perform_once(
-            self.resources.db,
-            f"client-summary:{data.workspace_id}:{data.period}",
-            lambda: self.email_sender().send(message),
+            self.resources.db, f"client-summary:{data.workspace_id}:{data.period}", lambda: self.send(data, message)
         )
+
+    async def send(self, data: SendClientSummaryJobData, message: EmailMessage) -> None:
+        """Through the ``email`` upstream: its rate across the fleet; held or paused, the job waits for it."""
+        async with EMAIL.call(self.resources, subject=f"workspace:{data.workspace_id}"):
+            await self.email_sender().send(message)

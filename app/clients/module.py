@@ -1,6 +1,7 @@
-"""The worked example's feature module: one job on its own queue, and one cron."""
+"""The worked example's feature module: one job on its own queue, one cron and the upstream its job calls."""
 
 from app.clients.crons import SendWeeklySummariesCronJob
+from app.clients.email import EMAIL
 from app.clients.jobs import CLIENTS_QUEUE, SendClientSummaryJob
 from app.core.module import FeatureModule
 
@@ -9,4 +10,5 @@ MODULE = FeatureModule(
     queues=[CLIENTS_QUEUE],
     jobs=[SendClientSummaryJob],
     crons=[SendWeeklySummariesCronJob],
+    upstreams=[EMAIL],
 )

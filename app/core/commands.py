@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
@@ -26,7 +27,16 @@ if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get
     from litestar import Litestar
 
 
-__all__ = ["CommandRuntime", "command_group", "command_runtime", "mount", "plural", "run_with_resources", "table"]
+__all__ = [
+    "CommandRuntime",
+    "command_group",
+    "command_runtime",
+    "mount",
+    "parse_duration",
+    "plural",
+    "run_with_resources",
+    "table",
+]
 
 T = TypeVar("T")
 
@@ -110,3 +120,13 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 def plural(count: int, noun: str) -> str:
     """A count and its noun, as every count is printed: ``1 webhook event``, ``2 webhook events``, ``0 events``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_duration(value: str) -> timedelta | None:
+    """``90s``, ``30m``, ``2h``, ``7d`` as a command's options write a duration; None when it is not one."""
+    if value[:-1].isdigit() and value[-1:] in _UNITS and len(value) < 12:
+        return timedelta(**{_UNITS[value[-1]]: int(value[:-1])})
+    return None

@@ -56,6 +56,18 @@ PIPELINE_SECONDS = Histogram(
 )
 JOB_RUNS = Counter("job_runs", "Tries of background jobs, by outcome (ok, retry, failed).", ["job", "outcome"])
 JOB_DURATION = Histogram("job_duration_seconds", "How long one try of a job ran.", ["job"], buckets=_SECONDS)
+UPSTREAM_CALLS = Counter(
+    "upstream_calls",
+    "Calls to each upstream by outcome: ok, failed (transport error, timeout, 5xx), rejected (4xx), rate_limited "
+    "(429); and calls not made: held, paused, busy (cap in flight full).",
+    ["upstream", "outcome"],
+)
+UPSTREAM_WAIT = Histogram(
+    "upstream_wait_seconds",
+    "Time a call waited for its upstream's rate (and its cap in flight) before it was made.",
+    ["upstream"],
+    buckets=_SECONDS,
+)
 STRIPE_REQUESTS = Counter(
     "stripe_api_requests", "Calls to the Stripe API, by operation and HTTP status.", ["operation", "status"]
 )

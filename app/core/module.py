@@ -11,8 +11,9 @@ templates, a lifespan) is a module's ``ApiPart``, which its ``MODULE`` names
 by import path: the worker imports every ``MODULE`` of its own, and so never
 a controller, nor Litestar, which it has no use for (a third of its start-up).
 
-Every field is typed, so ``mypy`` checks a module's declaration. Jobs and
-webhook handlers are declared above the core (``app.queue.job.Job``,
+Every field is typed, so ``mypy`` checks a module's declaration. Jobs,
+upstreams and webhook handlers are declared above the core
+(``app.queue.job.Job``, ``app.queue.upstreams.Upstream``,
 ``app.webhooks.handlers``), which the core does not import: they are typed
 here by the protocols they meet, and the queue checks the rest at start.
 """
@@ -57,6 +58,13 @@ class CronClass(JobClass, Protocol):
     def schedule(cls, settings: Settings) -> str: ...
 
 
+class UpstreamDeclaration(Protocol):
+    """An upstream as a module lists it: an ``app.queue.upstreams.Upstream``."""
+
+    @property
+    def name(self) -> str: ...
+
+
 WebhookHandler = Callable[[Any], Awaitable[None]]
 """Runs one inbox event, given its ``app.webhooks.handlers.WebhookContext`` (an ``EventRoutes``, or a function)."""
 
@@ -98,6 +106,10 @@ class FeatureModule:
     """The queues of its own jobs, by name (``"invoices-queue"``): each is served by its own arq Worker, so they never
     wait behind another module's. Its jobs run on these or on the starter's (``app/queue/queues.py``)."""
     cli_groups: Sequence[click.Group] = ()
+
+    upstreams: Sequence[UpstreamDeclaration] = ()
+    """The external APIs its jobs call (``app.queue.upstreams.Upstream``): ``upstreams list``, ``/ops`` and the
+    metrics show each, and an operator pauses one by its name."""
 
     webhook_handlers: Mapping[str, WebhookHandler] = field(default_factory=dict)
     """Provider name -> the handler of the events of that provider this module owns (``app.webhooks.handlers``)."""

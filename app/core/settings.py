@@ -117,6 +117,8 @@ class Settings:
     billing_reconcile_cron: str = field(default="45 4 * * *", metadata=env("BILLING_RECONCILE_CRON", _CRON))
     billing_reconcile_after_hours: int = field(default=24, metadata=env("BILLING_RECONCILE_AFTER_HOURS", kind.whole(0)))
     identity_reconcile_cron: str = field(default="15 5 * * *", metadata=env("IDENTITY_RECONCILE_CRON", _CRON))
+    upstream_hold_after_subjects: int = field(default=3, metadata=env("UPSTREAM_HOLD_AFTER_SUBJECTS", kind.whole(1)))
+    upstream_probe_seconds: float = field(default=30.0, metadata=env("UPSTREAM_PROBE_SECONDS", kind.number(0.1)))
     worker_shutdown_grace_seconds: int = field(default=60, metadata=env("WORKER_SHUTDOWN_GRACE_SECONDS", kind.whole(0)))
     worker_poll_delay_seconds: float = field(
         default=0.01, metadata=env("WORKER_POLL_DELAY_SECONDS", kind.number(0.001))

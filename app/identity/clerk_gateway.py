@@ -6,7 +6,8 @@ every page, as plain dicts shaped like the ``data`` of Clerk's webhook events
 again (``user``, ``organization``, ``membership``) to confirm that one missing
 from a listing is really gone. ``CLERK_API_BASE`` points it elsewhere (a stub
 in tests). No SDK retries: a failed run is retried by the job layer, and the
-next run starts over.
+next run starts over. Every call passes the ``clerk`` upstream (``CLERK``: its
+rate across the fleet, its outage hold and an operator's pause).
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import httpx
 
 from app.core.settings import Settings
 from app.queue.errors import error_for_http_status
+from app.queue.upstreams import Upstream, UpstreamCalls
 
 if TYPE_CHECKING:
     from clerk_backend_api import models
 
 PAGE_SIZE = 100
+CLERK = Upstream("clerk", per_second=10)
+"""Clerk's Backend API allows a development instance 100 requests in 10 s (a production one ten times more):
+the starter keeps under the smaller, which its nightly reconciliation never needs to exceed."""
 
 
 class _Dumped(Protocol):
@@ -30,10 +35,11 @@ class _Dumped(Protocol):
 
 
 class ClerkGateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, upstream: UpstreamCalls) -> None:
         if not settings.clerk_secret_key:
             raise RuntimeError("CLERK_SECRET_KEY is not set: Clerk reconciliation needs the Backend API key.")
         self.base_url = settings.clerk_api_base
+        self.upstream = upstream
         self.timeout_ms = int(settings.stripe_api_timeout_seconds * 1000)
         # The SDK is imported by the process that reads Clerk (a reconciliation), not by every one that loads
         # identity: with its JWT and crypto dependencies it costs 0.4 s of CPU to import.
@@ -107,26 +113,28 @@ class ClerkGateway:
         return await self._one(f"the memberships of user {user_id} in organization {organization_id}", read)
 
     async def _one(self, what: str, read: Callable[[], Awaitable[_Dumped | None]]) -> dict[str, Any] | None:
-        try:
-            found = await read()
-        except self._models.ClerkBaseError as exc:
-            if exc.status_code == 404:
-                return None
-            raise self._error(f"reading {what}", exc) from exc
-        except self._models.NoResponseError as exc:
-            raise ConnectionError(f"Clerk ({self.base_url}) did not answer reading {what}; retried.") from exc
+        async with self.upstream.call(what):
+            try:
+                found = await read()
+            except self._models.ClerkBaseError as exc:
+                if exc.status_code == 404:
+                    return None
+                raise self._error(f"reading {what}", exc) from exc
+            except self._models.NoResponseError as exc:
+                raise ConnectionError(f"Clerk ({self.base_url}) did not answer reading {what}; retried.") from exc
         return None if found is None else found.model_dump()
 
     async def _every(self, what: str, page: Callable[[int], Awaitable[list[Any]]]) -> AsyncIterator[dict[str, Any]]:
         """Every object, a page at a time by offset, until a page comes back short."""
         offset = 0
         while True:
-            try:
-                objects = await page(offset)
-            except self._models.ClerkBaseError as exc:
-                raise self._error(f"listing {what}", exc) from exc
-            except self._models.NoResponseError as exc:
-                raise ConnectionError(f"Clerk ({self.base_url}) did not answer listing {what}; retried.") from exc
+            async with self.upstream.call(f"listing {what}"):
+                try:
+                    objects = await page(offset)
+                except self._models.ClerkBaseError as exc:
+                    raise self._error(f"listing {what}", exc) from exc
+                except self._models.NoResponseError as exc:
+                    raise ConnectionError(f"Clerk ({self.base_url}) did not answer listing {what}; retried.") from exc
             for obj in objects:
                 yield obj.model_dump()
             if len(objects) < PAGE_SIZE:

@@ -1,6 +1,7 @@
 """The identity feature module: Clerk's users, organizations and memberships."""
 
 from app.core.module import FeatureModule
+from app.identity.clerk_gateway import CLERK
 from app.identity.cli import identity_group
 from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
@@ -13,6 +14,7 @@ MODULE = FeatureModule(
     jobs=[ApplyWorkspaceMemberLimitJob],
     crons=[IdentityReconcileCronJob],
     cli_groups=[identity_group],
+    upstreams=[CLERK],
     webhook_handlers={"clerk": CLERK_EVENTS},
     models=[Workspace, AppUser, WorkspaceMember],
 )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.resources import Resources
-from app.identity.clerk_gateway import ClerkGateway
+from app.identity.clerk_gateway import CLERK, ClerkGateway
 from app.identity.models import AppUser, Workspace, WorkspaceMember
 from app.identity.repository import ClerkModel, Version, WorkspaceRepository, clerk_rows
 from app.identity.services import IdentityService, clerk_time
@@ -83,7 +83,7 @@ async def reconcile_identity(resources: Resources, *, dry_run: bool = False) -> 
     deleted unless every page of every kind was read: a failed page raises
     before any deletion.
     """
-    report, gateway = IdentityReport(dry_run), ClerkGateway(resources.settings)
+    report, gateway = IdentityReport(dry_run), ClerkGateway(resources.settings, CLERK.of(resources))
     try:
         missing = [await _reconcile_kind(resources, kind, gateway, report) for kind in _KINDS]
         for kind, (stored, candidates) in zip(_KINDS, missing, strict=True):

@@ -25,6 +25,7 @@ from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.types import ControllerRouterHandler
 
+from app.core.commands import parse_duration
 from app.core.resources import Resources
 from app.ops import auth
 from app.ops.services import BACKFILL_HOURS, NotFound, OpsActions, OpsPages
@@ -217,6 +218,31 @@ class OpsController(Controller):
             return _done(request, "Give the hours to look back: a whole number from 1 to 720.")
         _act(request, resources, "backfill", f"Stripe events of the last {hours} h")
         return _done(request, await ops_actions.backfill(hours))
+
+    @post("/upstreams/{name:str}/{action:str}", guards=[auth.operator_guard], include_in_schema=False)
+    async def upstream(
+        self,
+        request: Request[Any, Any, Any],
+        resources: NamedDependency[Resources],
+        ops_actions: NamedDependency[OpsActions],
+        name: FromPath[str],
+        action: FromPath[str],
+    ) -> Redirect:
+        """``pause`` (its form's ``for``: a duration, or none: until resumed) or ``resume`` an upstream."""
+        form = await auth.check_csrf(request)
+        if action == "resume":
+            message, target = await ops_actions.resume_upstream(name), name
+        elif action == "pause":
+            written = form.get("for", "").strip()
+            duration = parse_duration(written) if written else None
+            if written and not duration:
+                return _done(request, f"{written[:20]!r} is not a duration: give one like 30m, 2h or 7d, or none.")
+            message = await ops_actions.pause_upstream(name, duration)
+            target = f"{name} for {written}" if written else f"{name} until resumed"
+        else:
+            raise NotFoundException(detail=f"No upstream action {action[:20]!r}: pause or resume.")
+        _act(request, resources, f"{action} upstream", target)
+        return _done(request, message)
 
 
 def ops_routes(resources: Resources) -> list[ControllerRouterHandler]:

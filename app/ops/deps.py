@@ -20,6 +20,7 @@ from app.ops.metrics import EnabledProviders
 from app.ops.pipeline_state import PipelineReader, worker_crons
 from app.ops.services import OpsActions, OpsPages
 from app.queue.queues import queue_names
+from app.queue.upstreams import declared_upstreams
 from app.webhooks.inbox import Inbox
 
 # Passed as they are: Litestar would validate a sequence of dataclasses field by field.
@@ -41,8 +42,11 @@ def provide_enabled_providers(resources: NamedDependency[Resources]) -> EnabledP
 def provide_pipeline(
     resources: NamedDependency[Resources], worker_modules: NamedDependency[WorkerModules]
 ) -> PipelineReader:
-    """The state of the pipeline the workers run: their crons, whichever modules this API loads."""
-    return PipelineReader(resources, worker_crons(worker_modules), queue_names(worker_modules))
+    """The state of the pipeline the workers run: their crons, queues and upstreams, whichever modules this API
+    loads."""
+    return PipelineReader(
+        resources, worker_crons(worker_modules), queue_names(worker_modules), declared_upstreams(worker_modules)
+    )
 
 
 def provide_ops_pages(
@@ -58,7 +62,7 @@ def provide_ops_pages(
 def provide_ops_actions(
     resources: NamedDependency[Resources], inbox: NamedDependency[Inbox], worker_modules: NamedDependency[WorkerModules]
 ) -> OpsActions:
-    return OpsActions(resources, inbox, worker_crons(worker_modules))
+    return OpsActions(resources, inbox, worker_crons(worker_modules), declared_upstreams(worker_modules))
 
 
 DEPENDENCIES = {

@@ -69,6 +69,12 @@ def state_metrics(state: PipelineState, providers: Iterable[str] = ()) -> Iterat
         period.add_metric([cron.name], cron.period_seconds)
     yield success
     yield period
+    upstreams = GaugeMetricFamily(
+        "upstream_state", "Each upstream's state: 0 ok, 1 held after an outage, 2 paused.", labels=["upstream"]
+    )
+    for row in state.upstreams:
+        upstreams.add_metric([row.name], row.status.code)
+    yield upstreams
 
 
 def _authorized(request: Request[Any, Any, Any], token: str | None) -> bool:

@@ -1,4 +1,4 @@
-"""The pipeline's state as read at a moment: inbox counts, queue depth, workers alive, crons.
+"""The pipeline's state as read at a moment: inbox counts, queue depth, workers alive, crons, upstreams.
 
 Read at each scrape of the API's ``/metrics`` and each view of ``/ops``,
 through the inbox's partial indexes and Redis' sorted sets: cheap whatever
@@ -20,6 +20,8 @@ from app.queue.job import CronJob
 from app.queue.models import CronRun
 from app.queue.queues import QueueName
 from app.queue.registry import JobRegistry
+from app.queue.upstreams import Upstream
+from app.queue.upstreams.operations import UpstreamRow, upstream_rows
 from app.webhooks.inbox import Inbox
 
 
@@ -41,10 +43,15 @@ class PipelineState:
     crons: list[CronState] = field(default_factory=list)
     tenants: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Per provider: tenants with unprocessed events, and the seconds since the oldest of those arrived."""
+    upstreams: list[UpstreamRow] = field(default_factory=list)
+    """Each upstream the workers' modules declare: its rate and its state (ok, held, paused)."""
 
 
 async def read_state(
-    resources: Resources, worker_crons: dict[str, type[CronJob]], queues: Sequence[str] = tuple(QueueName)
+    resources: Resources,
+    worker_crons: Mapping[str, type[CronJob]],
+    queues: Sequence[str] = tuple(QueueName),
+    upstreams: Mapping[str, Upstream] | None = None,
 ) -> PipelineState:
     inbox = Inbox(resources.db)
     state = PipelineState(inbox=await inbox.unprocessed_counts(), tenants=await inbox.queue_tenants())
@@ -53,10 +60,11 @@ async def read_state(
         state.waiting[queue] = int(await redis.zcard(queue_key(settings, queue)))
     state.workers = await alive(redis, settings)
     state.crons = await _crons(resources, worker_crons)
+    state.upstreams = await upstream_rows(resources, upstreams or {})
     return state
 
 
-async def _crons(resources: Resources, crons: dict[str, type[CronJob]]) -> list[CronState]:
+async def _crons(resources: Resources, crons: Mapping[str, type[CronJob]]) -> list[CronState]:
     names, now = list(crons), datetime.now(UTC)
     runs, successes = await latest_runs(resources.db, names), await last_successes(resources.db, names)
     listed = []
@@ -75,12 +83,17 @@ class PipelineReader:
     """Reads the pipeline's state when asked (not when built: a refused scrape costs no query)."""
 
     def __init__(
-        self, resources: Resources, crons: Mapping[str, type[CronJob]], queues: Sequence[str] = tuple(QueueName)
+        self,
+        resources: Resources,
+        crons: Mapping[str, type[CronJob]],
+        queues: Sequence[str] = tuple(QueueName),
+        upstreams: Mapping[str, Upstream] | None = None,
     ) -> None:
         self.resources = resources
         self.crons = dict(crons)
         self.queues = list(queues)
         """The starter's queues and the worker modules' own (``app/queue/queues.py``)."""
+        self.upstreams = dict(upstreams or {})
 
     async def read(self) -> PipelineState:
-        return await read_state(self.resources, self.crons, self.queues)
+        return await read_state(self.resources, self.crons, self.queues, self.upstreams)

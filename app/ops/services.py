@@ -16,6 +16,9 @@ from app.ops.pipeline_state import PipelineReader
 from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow, RefusalRow, TenantRow
 from app.queue.crons import cron_job_id
 from app.queue.job import CronJob, CronTick
+from app.queue.upstreams import Upstream
+from app.queue.upstreams import operations as upstream_operations
+from app.queue.upstreams.operations import UnknownUpstream
 from app.webhooks import operations
 from app.webhooks.crons import BackfillWindow, WebhookBackfillJob
 from app.webhooks.inbox import EventRecord, Inbox
@@ -29,7 +32,7 @@ TOP_TENANTS = 10
 
 
 class NotFound(LookupError):
-    """The event or cron a page or an action names does not exist."""
+    """The event, cron or upstream a page or an action names does not exist."""
 
 
 class OpsPages:
@@ -92,10 +95,17 @@ class OpsPages:
 class OpsActions:
     """What the buttons do; each returns the message the page shows next."""
 
-    def __init__(self, resources: Resources, inbox: Inbox, crons: Mapping[str, type[CronJob]]) -> None:
+    def __init__(
+        self,
+        resources: Resources,
+        inbox: Inbox,
+        crons: Mapping[str, type[CronJob]],
+        upstreams: Mapping[str, Upstream] | None = None,
+    ) -> None:
         self.resources = resources
         self.inbox = inbox
         self.crons = crons
+        self.upstreams = dict(upstreams or {})
 
     async def retry(self, row_id: int) -> str:
         return await self._on_event(operations.retry, row_id)
@@ -121,6 +131,19 @@ class OpsActions:
             WebhookBackfillJob, BackfillWindow("stripe", until - timedelta(hours=hours), until)
         )
         return f"Backfill of the last {hours} hours of Stripe events queued: a worker runs it."
+
+    async def pause_upstream(self, name: str, duration: timedelta | None) -> str:
+        """The same as ``litestar upstreams pause NAME [--for ...]``: every worker stops calling it within a second."""
+        try:
+            return await upstream_operations.pause(self.resources, self.upstreams, name, duration)
+        except UnknownUpstream as exc:
+            raise NotFound(str(exc)) from exc
+
+    async def resume_upstream(self, name: str) -> str:
+        try:
+            return await upstream_operations.resume(self.resources, self.upstreams, name)
+        except UnknownUpstream as exc:
+            raise NotFound(str(exc)) from exc
 
     async def _on_event(self, action: Callable[[Resources, str], Awaitable[Outcome]], row_id: int) -> str:
         """The action's message; an event that does not exist is :class:`NotFound`, as its page would be."""

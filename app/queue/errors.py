@@ -19,6 +19,9 @@ class RetryLater(Exception):
 
     log_level: ClassVar[int] = logging.WARNING
     """How the deferral is logged: a subclass that is routine (not a sign of trouble) logs it at info."""
+    spends_attempt: ClassVar[bool] = True
+    """False for a wait that is no try at all (an upstream held or paused, a turn of its budget later): the
+    worker gives the try back, so a job may wait any number of times without nearing its ``retry_limit``."""
 
     def __init__(self, message: str, *, after_seconds: float) -> None:
         super().__init__(message)
@@ -31,6 +34,14 @@ class QueueUnavailableError(Exception):
 
 class UnknownJobError(Exception):
     """A job class is not registered in any loaded module."""
+
+
+class HTTPStatusError(RuntimeError):
+    """An external API answered an HTTP status that is retried (a 5xx, or 408, 425, 429 without ``Retry-After``)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 _RETRYABLE_4XX = {408, 425, 429}
@@ -46,4 +57,4 @@ def error_for_http_status(status: int, message: str, *, retry_after: float | Non
         return RetryLater(f"{message} (HTTP 429, retry after {retry_after:g}s)", after_seconds=retry_after)
     if 400 <= status < 500 and status not in _RETRYABLE_4XX:
         return PermanentError(f"{message} (HTTP {status}: not retried)")
-    return RuntimeError(f"{message} (HTTP {status})")
+    return HTTPStatusError(f"{message} (HTTP {status})", status=status)

@@ -24,6 +24,7 @@ from app.queue.crons import run_cron_tick
 from app.queue.errors import PermanentError, RetryLater
 from app.queue.job import CronJob, CronTick, Job, JobContext
 from app.queue.retry import retry_delay
+from app.queue.tries import waited_without_attempt
 
 logger = logging.getLogger(__name__)
 # We report each failed try ourselves, with tags and a fingerprint: Sentry's
@@ -54,7 +55,10 @@ async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *,
         logger.info("Job %s started (%s).", name, _describe_tries(context))
 
         def is_final(exc: BaseException) -> bool:
-            return not may_retry or isinstance(exc, PermanentError) or context.attempt > context.retry_limit
+            if not may_retry or isinstance(exc, PermanentError):
+                return True
+            # A wait that spends no attempt (an upstream held) is never final: the worker gives its try back.
+            return context.attempt > context.retry_limit and not waited_without_attempt(exc)
 
         try:
             await _run_body(context, job_cls, raw, is_final)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
-from app.core.commands import plural
+from app.core.commands import parse_duration, plural
 from app.core.metrics import EVENTS_BACKFILLED, child
 from app.core.module import FeatureModule
 from app.core.resources import Resources
@@ -63,10 +63,8 @@ def event_sources(modules: Sequence[FeatureModule]) -> dict[str, EventSource]:
 
 def parse_since(value: str, now: datetime) -> datetime:
     """``72h``, ``30m``, ``7d`` before ``now``, or an ISO 8601 time (UTC unless it says otherwise)."""
-    units = {"m": "minutes", "h": "hours", "d": "days"}
-    if value[:-1].isdigit() and value[-1:] in units:
-        return now - timedelta(**{units[value[-1]]: int(value[:-1])})
-    return parse_time(value)
+    duration = parse_duration(value)
+    return now - duration if duration is not None else parse_time(value)
 
 
 def parse_time(value: str) -> datetime:

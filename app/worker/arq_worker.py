@@ -6,7 +6,8 @@ Worker here is arq's own, given JSON, no kept result (a finished job's
 deduplication id is free at once), our retries (``run_attempt``) and one
 function: every job names ``DISPATCH_FUNCTION`` and carries its class name, so
 the function runs the class this worker loads, or says clearly that it loads
-none by that name.
+none by that name. A try that was only a wait (an upstream held) is given back
+(``app.queue.tries``): arq counts it, the job's attempt does not.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.queue.job import Job, JobContext
 from app.queue.queues import poll_delay
 from app.queue.registry import JobRegistry
 from app.queue.serialization import deserialize, serialize
+from app.queue.tries import GivenBackTries, waited_without_attempt
 
 if TYPE_CHECKING:
     from app.core.resources import Resources
@@ -63,6 +65,7 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
     """The queue's one arq function: runs the job class its first argument names."""
     jobs = {job_cls.name(): job_cls for job_cls in registry.jobs_on(queue)}
     limits = {name: job_cls.retry_policy(resources.settings).retry_limit for name, job_cls in jobs.items()}
+    tries = GivenBackTries(resources.redis, resources.settings.redis_namespace)
 
     async def run(
         ctx: dict[str, Any], name: str, raw: Any, retry_limit: int | None = None, request_id: str | None = None
@@ -72,14 +75,21 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
             _refuse_unknown(name, queue, ctx)
             return
         limit = limits[name] if retry_limit is None else retry_limit
-        context = JobContext(resources, ctx["job_id"], ctx["job_try"], limit, queue)
+        job_id, given_back = ctx["job_id"], 0
+        if ctx["job_try"] > 1:
+            given_back = await tries.count(job_id)
+        context = JobContext(resources, job_id, max(1, ctx["job_try"] - given_back), limit, queue)
         with bound_request_id(request_id):
             try:
                 await run_attempt(context, job_cls, raw)
-            except Retry:
+            except Retry as retry:
+                if waited_without_attempt(retry):
+                    await tries.give_back(job_id)
                 raise
             except Exception:
-                return  # a final failure, logged and reported by run_attempt: arq need not log it again
+                pass  # a final failure, logged and reported by run_attempt: arq need not log it again
+        if given_back:
+            await tries.forget(job_id)
 
     run.__qualname__ = f"run job of {queue}"
     timeout = queue_timeout_seconds(list(jobs.values()), resources)

@@ -127,6 +127,7 @@ class Cluster:
             "IDENTITY_RECONCILE_CRON": NEVER_RUNS,
             "WEBHOOK_RECOVERY_AFTER_SECONDS": str(c.recovery_after_seconds),
             "WEBHOOK_ABANDON_AFTER_ATTEMPTS": str(c.abandon_after_attempts),
+            "UPSTREAM_PROBE_SECONDS": str(c.upstream_probe_seconds),
             "FREE_PLAN_MEMBER_LIMIT": str(c.free_plan_member_limit),
             "WORKER_SHUTDOWN_GRACE_SECONDS": str(c.shutdown_grace_seconds),
             "WORKER_MAX_JOBS": str(c.worker_max_jobs),

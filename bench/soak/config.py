@@ -5,9 +5,11 @@ event is retried 7 times from 0.1 s doubling (one round lasts ~13 s), a killed
 worker's job runs again after its 5 s timeout plus arq's margins (~17 s), the
 recovery cron runs every minute and re-queues what is 5 s old, and an event is
 set aside after 8 attempts, which only the events meant to fail reach: the
-2 s Stripe outage costs a healthy event at most 5 failed attempts, a killed
-worker or a Postgres crash one more each, and flaky reads are never armed
-around the outage.
+Stripe outage, longer than a whole round of retries, holds the ``stripe``
+upstream after its first three failing subjects (probed every 2 s), so it
+costs a healthy event at most one failed attempt, a killed worker or a
+Postgres crash one more each, and flaky reads are never armed around the
+outage.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class SoakConfig:
     drain_timeout_seconds: float = 240.0
     # faults
     kill_restart_after_seconds: float = 3.0
-    stripe_outage_seconds: float = 2.0
+    stripe_outage_seconds: float = 30.0  # longer than a round of retries (12.7 s): without a hold, set aside
     redis_down_seconds: float = 2.0
     postgres_down_seconds: float = 2.0
     # the endpoint outage (outage.py): this share of the deliveries due in this part of the sending phase is lost
@@ -46,6 +48,7 @@ class SoakConfig:
     recovery_after_seconds: int = 5
     abandon_after_attempts: int = 8
     stripe_timeout_seconds: float = 1.0
+    upstream_probe_seconds: float = 2.0
     free_plan_member_limit: int = 3
     shutdown_grace_seconds: int = 10
     worker_max_jobs: int = 8
@@ -66,5 +69,6 @@ class SoakConfig:
         values: dict[str, object] = {"events": SHORT_EVENTS, "rate": 16.0, "short": True}
         values["drain_timeout_seconds"] = 150.0
         values["outage_from"] = 0.60  # a wider window: in a few hundred events, both providers surely lose some
+        values["stripe_outage_seconds"] = 16.0  # still longer than a round of retries
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

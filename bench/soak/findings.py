@@ -11,6 +11,7 @@ from typing import Any
 
 ALERT_PREFIX = "Webhook event set aside"
 GAP_ALERT_PREFIX = "Webhook gap:"
+HOLD_ALERT_PREFIX = "Upstream stripe is held:"
 
 
 def read_alerts(path: Path) -> Counter[str]:
@@ -30,12 +31,21 @@ def read_alerts(path: Path) -> Counter[str]:
 
 def gap_alerts(path: Path) -> int:
     """The backfill's alerts at the Sentry stub (webhooks lost upstream): one per run that stored any."""
+    return _messages(path, GAP_ALERT_PREFIX)
+
+
+def hold_alerts(path: Path) -> int:
+    """The alerts of a Stripe hold beginning at the Sentry stub (Stripe down for everyone): one per hold."""
+    return _messages(path, HOLD_ALERT_PREFIX)
+
+
+def _messages(path: Path, prefix: str) -> int:
     if not path.exists():
         return 0
     return sum(
         1
         for line in path.read_text().splitlines()
-        if GAP_ALERT_PREFIX in line and (json.loads(line).get("message") or "").startswith(GAP_ALERT_PREFIX)
+        if prefix in line and (json.loads(line).get("message") or "").startswith(prefix)
     )
 
 

@@ -198,7 +198,7 @@ async def test_with_redis_away_a_process_keeps_to_its_share_and_says_so_once(
 ) -> None:
     budget = StripeBudget(make_redis(f"redis://127.0.0.1:{free_port()}/0"), per_second=4)
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="app.billing.budget"):
+    with caplog.at_level(logging.WARNING, logger="app.queue.upstreams.rate"):
         for _ in range(8):
             await budget.acquire()
     assert time.monotonic() - started >= 0.9  # 4 per second: the second four waited for the first to age
@@ -287,7 +287,7 @@ async def test_with_redis_away_the_budget_is_divided_between_the_processes_seen(
         path.cut()  # Redis is away, for this process
 
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="app.billing.budget"):
+        with caplog.at_level(logging.WARNING, logger="app.queue.upstreams.rate"):
             for _ in range(6):
                 await one.acquire()
         elapsed = time.monotonic() - started
@@ -308,7 +308,7 @@ async def test_calls_made_late_are_still_never_more_than_the_budget_in_any_secon
 
     async def call() -> None:
         await budget.admit(max_wait=5)
-        made.update(await budget.redis.zrange(f"{redis_namespace}stripe:budget:made", 0, -1, withscores=True))
+        made.update(await budget.redis.zrange(budget.made_key, 0, -1, withscores=True))
 
     try:
         started = time.monotonic()

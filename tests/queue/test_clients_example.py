@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -12,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from app.clients.crons import SendWeeklySummariesCronJob
-from app.clients.email import EmailMessage
+from app.clients.email import EMAIL, EmailMessage
 from app.clients.jobs import SendClientSummaryJob, SendClientSummaryJobData
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.identity.models import AppUser, Workspace, WorkspaceMember
 from app.queue.job import CronTick
+from app.queue.upstreams import UpstreamHeld
 from app.runtime import open_resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +80,41 @@ async def test_the_weekly_cron_sends_one_summary_per_active_workspace_once(
         SendClientSummaryJob, SendClientSummaryJobData(workspace_id=acme, period="2030-01-07")
     )
     assert len(outbox) == 2
+
+
+async def test_a_summary_waits_while_the_mail_provider_is_held_and_goes_once_it_answers(
+    settings_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the sync driver, a wait a worker would sit out (``UpstreamHeld``) is raised to the caller."""
+    resources = open_resources(
+        load_settings({**settings_env, "MESSAGE_QUEUE_DRIVER": "sync", "UPSTREAM_PROBE_SECONDS": "0.2"}), ()
+    )
+    provider = {"up": False, "sent": 0}
+
+    class FlakySender:
+        async def send(self, message: EmailMessage) -> None:
+            if not provider["up"]:
+                raise ConnectionError("the mail provider refused the connection")
+            provider["sent"] += 1
+
+    monkeypatch.setattr(SendClientSummaryJob, "email_sender", lambda self: FlakySender())
+    try:
+        workspaces = [await _workspace(resources, name, [f"a@{name}.test"]) for name in ("a", "b", "c", "d")]
+        tried = []
+        for workspace in workspaces:
+            with pytest.raises((ConnectionError, UpstreamHeld)) as raised:
+                await resources.queue.add(SendClientSummaryJob, SendClientSummaryJobData(workspace, "2030-01-07"))
+            tried.append(type(raised.value))
+        assert tried == [ConnectionError, ConnectionError, UpstreamHeld, UpstreamHeld]  # held after three
+        assert (await EMAIL.of(resources).status()).state == "held"
+
+        provider["up"] = True
+        await asyncio.sleep(0.25)  # the probe is due: the next send is it, and its answer ends the hold
+        for workspace in workspaces:
+            await resources.queue.add(SendClientSummaryJob, SendClientSummaryJobData(workspace, "2030-01-07"))
+        assert provider["sent"] == 4 and (await EMAIL.of(resources).status()).state == "ok"
+    finally:
+        await resources.close()
 
 
 @pytest.mark.slow

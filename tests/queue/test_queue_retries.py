@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.core.resources import Resources
-from app.queue.errors import PermanentError, RetryLater, error_for_http_status
+from app.queue.errors import HTTPStatusError, PermanentError, RetryLater, error_for_http_status
 from app.queue.job import RetryPolicy
 from app.queue.retry import backoff_seconds, retry_delay
 from tests.queue.conftest import fetch_events, wait_for
@@ -49,11 +49,11 @@ def test_retry_later_honours_the_delay_the_remote_side_asked_for() -> None:
     [
         (404, None, PermanentError),
         (401, None, PermanentError),
-        (408, None, RuntimeError),
-        (425, None, RuntimeError),
+        (408, None, HTTPStatusError),
+        (425, None, HTTPStatusError),
         (429, 30.0, RetryLater),
-        (500, None, RuntimeError),
-        (503, None, RuntimeError),
+        (500, None, HTTPStatusError),
+        (503, None, HTTPStatusError),
     ],
 )
 def test_http_statuses_map_to_the_right_failure(status: int, retry_after: float | None, kind: type) -> None:

@@ -29,9 +29,10 @@ async def add_event(
     attempts: int = 0,
     processed_age: timedelta | None = None,
     abandoned: bool = False,
+    subject: str | None = None,
 ) -> int:
     body = f'{{"id": "{event_id}", "type": "invoice.paid"}}'
-    stored = await Inbox(resources.db).store("stripe", event_id, "invoice.paid", body)
+    stored = await Inbox(resources.db).store("stripe", event_id, "invoice.paid", body, sync_subject=subject)
     async with resources.db.session() as session:
         await session.execute(
             text(
@@ -77,6 +78,25 @@ async def test_recovery_pages_through_a_large_backlog(resources: Resources, monk
     report = await recover(resources)
     assert report.requeued == 8
     assert {await job_state(resources, row_id) for row_id in rows} == {"queued"}
+
+
+async def test_recovery_queues_the_newest_event_of_each_synced_subject_for_all_of_them(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A synced event's job asks for a sync covering every event of its subject that arrived by then: during a
+    Stripe outage a tick costs one job per customer, not one per event (across its pages, too)."""
+    monkeypatch.setattr(maintenance, "RECOVERY_PAGE_SIZE", 2)
+    ones = [
+        await add_event(resources, f"evt_one_{n}", age=timedelta(minutes=40 - n), subject="customer:cus_1")
+        for n in range(3)
+    ]
+    other = await add_event(resources, "evt_other", age=timedelta(minutes=30), subject="customer:cus_2")
+    unsynced = [await add_event(resources, f"evt_alone_{n}", age=timedelta(minutes=30)) for n in range(2)]
+
+    report = await recover(resources)
+    assert report.requeued == 4
+    assert [await job_state(resources, row_id) for row_id in ones] == ["absent", "absent", "queued"]
+    assert {await job_state(resources, row_id) for row_id in [other, *unsynced]} == {"queued"}
 
 
 async def test_exhausted_event_is_set_aside_with_exactly_one_alert(

@@ -124,7 +124,8 @@ RETURNING id, provider, event_id, type, attempts, last_error
 # --- Crons ---------------------------------------------------------------------------------------------
 # Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
 PENDING_PAGE = """
-SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id, tenant_key FROM webhook_event
+SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id, tenant_key, sync_subject
+FROM webhook_event
 WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
   AND received_at >= $2 AND (received_at > $2 OR id > $3)
 ORDER BY received_at, id
