@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from litestar import Litestar
 
 from app.core.commands import command_group, command_runtime, parse_duration, plural, run_with_resources, table
 from app.queue.upstreams import operations
 from app.queue.upstreams.declaration import Upstream, declared_upstreams
+
+if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
+    from litestar import Litestar
 
 
 def _declared(app: Litestar) -> dict[str, Upstream]:
