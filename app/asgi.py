@@ -22,6 +22,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler, Scope
 
+from app.core import tracing
 from app.core.commands import mount
 from app.core.errors import exit_on_settings_error
 from app.core.gc_tuning import settle_after_start_up
@@ -69,7 +70,10 @@ def _lifespan(
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        # Started when the app serves (not when the CLI builds it for a command): spans exported until it stops.
+        tracing.start(resources.settings, "api")
         async with AsyncExitStack() as stack:
+            stack.callback(tracing.shutdown)
             stack.push_async_callback(resources.close)
             for module in modules:
                 if module.lifespan is not None:
@@ -97,7 +101,7 @@ def build_app(
     return Litestar(
         route_handlers=_route_handlers(modules, resources),
         dependencies=_dependencies(resources, runtime, modules, dependencies or {}),
-        plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin()],
+        plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin(), *tracing.server_plugins(settings)],
         middleware=[request_context_middleware],
         lifespan=[_lifespan(resources, modules)],
         after_exception=[_log_server_error],

@@ -43,6 +43,7 @@ from app.billing.stripe_objects import (
 from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
 from app.core.resources import Resources
 from app.core.settings import Settings
+from app.core.tracing import traced_wait
 from app.queue.errors import RetryLater, error_for_http_status
 
 logger = logging.getLogger(__name__)
@@ -194,8 +195,9 @@ class StripeGateway:
         """
         started = time.monotonic()
         while True:
-            waited = await (turn.call() if turn is not None else self.budget.acquire())
-            STRIPE_BUDGET_WAIT.observe(waited + await self.budget.admit())
+            with traced_wait("stripe budget"):  # a span of its own (tracing on): where a slow sync's time went
+                waited = await (turn.call() if turn is not None else self.budget.acquire())
+                STRIPE_BUDGET_WAIT.observe(waited + await self.budget.admit())
             try:
                 response = await self._client.raw_request_async("get", path, **params)
             except stripe.StripeError as exc:

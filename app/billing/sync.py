@@ -43,6 +43,7 @@ from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync
 from app.billing.stripe_gateway import stripe_budget, stripe_gateway
+from app.core import tracing
 from app.core.resources import Resources
 from app.core.sentry import report_exception
 from app.identity.seats import set_member_limit
@@ -131,6 +132,7 @@ def stale_after(resources: Resources) -> float:
 
 async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     subject, generation = data.subject, data.generation
+    tracing.annotate({"billing.sync_subject": subject})  # and a link to each event it covers (coverage)
     turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
     sync, repo = _Sync(resources, subject, generation, turn), BillingRepository(resources.db)
     try:

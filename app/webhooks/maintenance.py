@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from app.core import tracing
 from app.core.resources import Resources
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.inbox import Inbox
@@ -36,7 +37,7 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         if exhausted:
             report.set_aside += await _set_aside(inbox, exhausted)
         due = [
-            (row["provider"], row["id"], row["tenant_key"], row["request_id"])
+            (row["provider"], row["id"], row["tenant_key"], row["request_id"], row["trace_context"])
             for row in rows
             if row["id"] not in exhausted
         ]
@@ -73,9 +74,14 @@ async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> l
     reopened = await Inbox(resources.db).reopen(row_id)
     for row in reopened:
         try:
-            await queue_processing(
-                resources.queue, row["provider"], row["id"], tenant_key=row["tenant_key"], request_id=row["request_id"]
-            )
+            with tracing.resumed(row["trace_context"], "reopen webhook event"):  # queued in the delivery's trace
+                await queue_processing(
+                    resources.queue,
+                    row["provider"],
+                    row["id"],
+                    tenant_key=row["tenant_key"],
+                    request_id=row["request_id"],
+                )
         except Exception as exc:  # reopened anyway: the recovery cron queues it
             logger.warning("Reopened row %s but could not queue it now (%s).", row["id"], exc)
     return [row["id"] for row in reopened]

@@ -65,14 +65,19 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
     limits = {name: job_cls.retry_policy(resources.settings).retry_limit for name, job_cls in jobs.items()}
 
     async def run(
-        ctx: dict[str, Any], name: str, raw: Any, retry_limit: int | None = None, request_id: str | None = None
+        ctx: dict[str, Any],
+        name: str,
+        raw: Any,
+        retry_limit: int | None = None,
+        request_id: str | None = None,
+        trace_context: str | None = None,
     ) -> None:
         job_cls = jobs.get(name)
         if job_cls is None:
             _refuse_unknown(name, queue, ctx)
             return
         limit = limits[name] if retry_limit is None else retry_limit
-        context = JobContext(resources, ctx["job_id"], ctx["job_try"], limit, queue)
+        context = JobContext(resources, ctx["job_id"], ctx["job_try"], limit, queue, trace_context)
         with bound_request_id(request_id):
             try:
                 await run_attempt(context, job_cls, raw)
