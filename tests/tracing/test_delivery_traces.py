@@ -3,18 +3,23 @@ their SQL and Stripe calls, exported by real processes to an OTLP receiver on lo
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.core.resources import Resources
+from app.core.settings import load_settings
+from app.runtime import open_resources
 from app.testing import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event, stripe_subscription
 from app.testing.deliveries import Delivery
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import EventRecord, Inbox
+from app.webhooks.maintenance import recover
 from tests.factories import WorkspaceFactory, persist
+from tests.ops.conftest import OPS_PASSWORD, ops_client
 from tests.processes import logged_api_process, wait_for, worker_starter
 from tests.stubs.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.stubs.sentry_ingest import SentryIngestStub
@@ -218,3 +223,63 @@ async def test_a_job_queued_from_a_developers_route_continues_the_requests_trace
 
     assert attempt.kind == "consumer" and attempt["messaging.destination.name"] == "default-queue"
     assert line["trace_id"] == server.trace_id and line["span_id"] == attempt.span_id
+
+
+async def test_an_operators_retry_and_the_recovery_cron_continue_the_deliverys_trace_which_its_page_shows(
+    traced_env: dict[str, str],
+    otlp: OtlpReceiver,
+    stripe_stub: StripeStub,
+    resources: Resources,
+    webhook_secrets: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """Stripe is down: each round is one failed try of the customer's sync (WEBHOOK_RETRY_LIMIT=0). The one the
+    delivery's job asked for, the one the operations page's Retry asked for (a request of its own, linked), and
+    the one asked for by the job the recovery cron queued (a process with no trace of its own) all run in the
+    delivery's trace."""
+    env = {
+        **traced_env,
+        "STRIPE_API_BASE": stripe_stub.base_url,
+        "OPS_PASSWORD": OPS_PASSWORD,
+        "WEBHOOK_RETRY_LIMIT": "0",
+    }
+    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id="cus_down"))
+    stripe_stub.put_customer("cus_down")
+    stripe_stub.fail("/v1/customers", status=500, times=None)
+    delivery = signed_stripe_delivery(
+        stripe_event("customer.subscription.updated", stripe_subscription("cus_down", id="sub_down")),
+        webhook_secrets["stripe"],
+    )
+
+    def syncs(trace_id: str, count: int) -> list[ReceivedSpan]:
+        return otlp.wait_for(
+            lambda _: (found := [s for s in otlp.trace(trace_id) if s.name == "StripeSyncJob"])[count - 1 :] and found,
+            what=f"{count} tries of the sync in the delivery's trace",
+        )
+
+    async with worker_starter(env, "--queues", STRIPE_QUEUES) as start:
+        await start()
+        with logged_api_process(env, tmp_path / "api.log") as base_url:
+            async with ops_client(base_url) as ops:
+                await _deliver(base_url, "/webhooks/stripe", delivery)
+                server = _server_span(otlp, "/webhooks/stripe")
+                syncs(server.trace_id, 1)
+                (event,) = await Inbox(resources.db).find(delivery.event_id)
+                page = f"/ops/events/{event.id}"
+                assert (await ops.post(f"{page}/retry", page=page)).status_code in (200, 303)
+                syncs(server.trace_id, 2)
+                shown = (await ops.client.get(page)).text
+        cron = open_resources(load_settings(env), ())  # as a worker's cron tick would
+        try:
+            assert (await recover(cron, now=datetime.now(UTC) + timedelta(hours=1))).requeued == 1
+        finally:
+            await cron.close()
+        syncs(server.trace_id, 3)
+
+    spans = otlp.trace(server.trace_id)
+    drawn = tree(spans)
+    (retry,) = [span for span in spans if span.name == "retry webhook event"]
+    (ops_request,) = [span for span in otlp.spans if span.name == f"POST {page}/retry"]
+    assert retry.links == [ops_request.trace_id] and retry.service == "saas-jobs-api", drawn
+    assert len([span for span in spans if span.name == "ProcessStripeEventJob"]) == 2, drawn  # delivery's, cron's
+    assert f'<dd id="trace-id" class="id whole">{server.trace_id}</dd>' in shown
