@@ -37,11 +37,12 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
         if exhausted:
             report.set_aside += await _set_aside(inbox, exhausted)
         due = [
-            (row["provider"], row["id"], row["tenant_key"], row["request_id"], row["trace_context"])
+            (row["provider"], row["id"], row["tenant_key"], row["request_id"])
             for row in rows
             if row["id"] not in exhausted
         ]
-        queued = await queue_processing_many(resources.queue, due)  # one round trip per page and provider
+        traces = {row["id"]: row["trace_context"] for row in rows}  # each job continues its delivery's trace
+        queued = await queue_processing_many(resources.queue, due, trace_contexts=traces)  # a round trip per provider
         report.requeued += sum(queued)
         report.already_queued += len(queued) - sum(queued)
         if len(rows) < RECOVERY_PAGE_SIZE:
