@@ -32,6 +32,7 @@ from bench import (
     phase_metrics_cost,
     phase_pipeline,
     phase_stripe_backlog,
+    phase_tracing_cost,
 )
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
 from bench.modes import MODES, Mode
@@ -47,6 +48,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "isolation": phase_isolation.isolation,
     "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,
+    "tracing_cost": phase_tracing_cost.tracing_cost,
 }
 
 

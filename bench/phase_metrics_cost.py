@@ -15,26 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import statistics
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import httpx
-import psutil
 
 from app.testing.processes import free_port
-from bench import loadgen
-from bench.backlog import until_due
-from bench.deliveries import stripe_set
-from bench.measures import cpu_seconds, profiler
-from bench.phase_drain import clerk_backlog, warm_up
+from bench.paired import paired_cost, paired_drains, paired_intake, stopped
+from bench.processes import Managed
 
 if TYPE_CHECKING:
     from bench.harness import Run
 
 WITHOUT = ("-m", "bench.without_metrics")
 SCRAPE_SECONDS = 1.0
-DRAIN_EVENTS = 5_000  # per drain, at most: CPU per job does not depend on the backlog's size
 
 
 async def metrics_cost(run: Run) -> None:
@@ -42,106 +36,68 @@ async def metrics_cost(run: Run) -> None:
     await _drain(run)
 
 
-def paired_cost(run: Run, what: str, costs: list[float]) -> float:
-    """The median of the rounds' costs (a round: one run of each kind side by side); each round's in the notes."""
-    if len(costs) > 1:
-        run.notes.append(f"metrics cost, {what}, each round: " + ", ".join(f"{cost * 100:.1f}%" for cost in costs))
-    return statistics.median(costs)
-
-
 async def _intake(run: Run) -> None:
-    mode, secret = run.mode, run.env["STRIPE_WEBHOOK_SECRET"]
     start = run.processes.start_uvicorn
-    on_url, on = await asyncio.to_thread(start, "api", "api-metrics-on", "app.asgi:create_app", run.env, 1)
-    off_url, off = await asyncio.to_thread(start, "api", "api-metrics-off", "app.asgi:create_app", run.env, 1, WITHOUT)
-    cap = 12_000 if run.use_wrk and loadgen.wrk_path() else 6_000
-    rps: dict[str, list[float]] = {"on": [], "off": []}
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
-    for round_no in range(mode.metrics_intake_rounds):
-        order = ["on", "off"] if round_no % 2 == 0 else ["off", "on"]
-        for kind in order:
-            url, server = (on_url, on) if kind == "on" else (off_url, off)
-            signed = stripe_set(secret, int(mode.intake_seconds * cap) + 1000, f"m{kind}{round_no:02d}")
-            lines, template = signed.write(run.directory, f"metrics-{kind}-{round_no}")
-            cpu_before = cpu_seconds(server)
-            async with _scraping([f"{url}/metrics"] if kind == "on" else []):
-                result = await loadgen.run_closed_loop(
-                    url, lines, template, seconds=mode.intake_seconds, connections=mode.connections, use_wrk=run.use_wrk
-                )
-            lines.unlink()
-            rps[kind].append(result.rps)
-            cpu[kind].append((cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6)
-            run.log(f"  intake, metrics {kind:3s} {result.rps:8.0f} req/s  server CPU {cpu[kind][-1]:5.0f} us/request")
-        await run.reset_inbox()
-    run.processes.stop(on)
-    run.processes.stop(off)
+    servers = {
+        "on": await asyncio.to_thread(start, "api", "api-metrics-on", "app.asgi:create_app", run.env, 1),
+        "off": await asyncio.to_thread(start, "api", "api-metrics-off", "app.asgi:create_app", run.env, 1, WITHOUT),
+    }
+    measured = await paired_intake(run, "metrics", servers, run.mode.metrics_intake_rounds, _scraping("/metrics"))
+    await stopped(run, servers)
+    rps = measured.rps
     run.results.update(
-        metrics_intake_rps_on=statistics.median(rps["on"]),
-        metrics_intake_rps_off=statistics.median(rps["off"]),
-        metrics_intake_cpu_us_on=statistics.median(cpu["on"]),
-        metrics_intake_cpu_us_off=statistics.median(cpu["off"]),
+        metrics_intake_rps_on=measured.median("rps", "on"),
+        metrics_intake_rps_off=measured.median("rps", "off"),
+        metrics_intake_cpu_us_on=measured.median("cpu", "on"),
+        metrics_intake_cpu_us_off=measured.median("cpu", "off"),
         metrics_intake_cost=paired_cost(
-            run, "intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
+            run, "metrics cost, intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
         ),
     )
 
 
 async def _drain(run: Run) -> None:
-    count = min(run.mode.drain_events, DRAIN_EVENTS)
-    await run.stop_workers()
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
-    for round_no, kind in enumerate(run.mode.metrics_drains):
+    async def start(kind: str) -> tuple[Managed, str]:
         port = free_port()
         env = {"WORKER_METRICS_PORT": str(port)} if kind == "on" else {}
         (worker,) = await run.start_workers(1, env, WITHOUT if kind == "off" else ())
-        await warm_up(run)
-        due = await clerk_backlog(run, count, f"m{round_no}")
-        await until_due(due, ahead=0.2)
-        process = psutil.Process(worker.process.pid)
-        profile = profiler(run, f"worker-metrics-{kind}-{round_no}", worker, None)
-        before = process.cpu_times()
-        async with _scraping([f"http://127.0.0.1:{port}/metrics"] if kind == "on" else []):
-            started = await until_due(due)
-            ended = await run.wait_queue_empty(max(60.0, count / 50))
-        after = process.cpu_times()
-        if profile:
-            profile.cancel()
-        used = after.user + after.system - before.user - before.system
-        cpu[kind].append(used / count * 1000)
-        run.log(
-            f"  drain, metrics {kind:3s} {count} jobs in {ended - started:6.2f} s: "
-            f"{cpu[kind][-1]:5.2f} worker CPU ms/job"
-        )
-        await run.stop_workers()
-        await run.reset_inbox()
+        return worker, f"http://127.0.0.1:{port}"
+
+    measured = await paired_drains(run, "metrics", run.mode.metrics_drains, start, _scraping("/metrics"))
+    cpu = measured.cpu
     run.results.update(
-        metrics_worker_cpu_ms_on=statistics.median(cpu["on"]),
-        metrics_worker_cpu_ms_off=statistics.median(cpu["off"]),
+        metrics_worker_cpu_ms_on=measured.median("cpu", "on"),
+        metrics_worker_cpu_ms_off=measured.median("cpu", "off"),
         # The drains' order pairs them (on, off / off, on / ...): the i-th of each kind make a round.
         metrics_worker_cpu_cost=paired_cost(
-            run, "worker CPU per job", [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)]
+            run,
+            "metrics cost, worker CPU per job",
+            [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)],
         ),
     )
 
 
-@contextlib.asynccontextmanager
-async def _scraping(urls: list[str]) -> AsyncIterator[None]:
-    """Scrape each URL every second while the block runs, as Prometheus would (the scrapes are part of the cost)."""
+def _scraping(path: str) -> Callable[[str, str], contextlib.AbstractAsyncContextManager[None]]:
+    """While the kind with metrics is measured, its ``path`` scraped every second, as Prometheus would (the scrapes
+    are part of the cost)."""
 
-    async def scrape() -> None:
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per scrape in the bench's output
-        async with httpx.AsyncClient(timeout=5) as client:
-            while True:
-                for url in urls:
+    @contextlib.asynccontextmanager
+    async def scraping(kind: str, base_url: str) -> AsyncIterator[None]:
+        async def scrape() -> None:
+            logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per scrape in the bench's output
+            async with httpx.AsyncClient(timeout=5) as client:
+                while True:
                     with contextlib.suppress(httpx.HTTPError):
-                        (await client.get(url)).raise_for_status()
-                await asyncio.sleep(SCRAPE_SECONDS)
+                        (await client.get(base_url + path)).raise_for_status()
+                    await asyncio.sleep(SCRAPE_SECONDS)
 
-    task = asyncio.create_task(scrape()) if urls else None
-    try:
-        yield
-    finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        task = asyncio.create_task(scrape()) if kind == "on" else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    return scraping

@@ -161,8 +161,16 @@ class Tracing:
             event["trace_id"] = format(found.trace_id, "032x")
             event["span_id"] = format(found.span_id, "016x")
 
-    def span(self, name: str, kind: str, attributes: Mapping[str, Any] | None) -> Any:
-        return self.tracer.start_as_current_span(name, kind=_KINDS[kind], attributes=attributes)
+    @contextmanager
+    def span(
+        self, name: str, kind: str, attributes: Mapping[str, Any] | None, covers_its_calls: bool
+    ) -> Iterator[None]:
+        with self.tracer.start_as_current_span(name, kind=_KINDS[kind], attributes=attributes):
+            if covers_its_calls:
+                with suppress_instrumentation():
+                    yield
+            else:
+                yield
 
     @contextmanager
     def job_attempt(

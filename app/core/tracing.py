@@ -118,10 +118,19 @@ def current_trace_id() -> str | None:
 
 
 def span(
-    name: str, kind: SpanKindName = "internal", attributes: Mapping[str, AttributeValue] | None = None
+    name: str,
+    kind: SpanKindName = "internal",
+    attributes: Mapping[str, AttributeValue] | None = None,
+    *,
+    covers_its_calls: bool = False,
 ) -> contextlib.AbstractContextManager[Any]:
-    """A span around a block, child of the running one."""
-    return NOT_TRACED if _tracing is None else _tracing.span(name, kind, attributes)
+    """A span around a block, child of the running one.
+
+    ``covers_its_calls``: the span says all there is of the block's Redis, SQL and HTTP calls (an enqueue is one
+    script call, a budget wait its polling), which then make no spans of their own: each span costs the process
+    some 0.1 ms, its export included (docs/operations.md, traces).
+    """
+    return NOT_TRACED if _tracing is None else _tracing.span(name, kind, attributes, covers_its_calls)
 
 
 def traced_wait(name: str) -> contextlib.AbstractContextManager[Any]:
@@ -129,7 +138,7 @@ def traced_wait(name: str) -> contextlib.AbstractContextManager[Any]:
 
     Its span is named ``wait for <name>``; a trace then shows where the time went.
     """
-    return NOT_TRACED if _tracing is None else _tracing.span(f"wait for {name}", "internal", None)
+    return NOT_TRACED if _tracing is None else _tracing.span(f"wait for {name}", "internal", None, True)
 
 
 def job_attempt(

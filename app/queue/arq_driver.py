@@ -185,7 +185,7 @@ def _producing(job_cls: type[Job[Any]], count: int) -> AbstractContextManager[An
     }
     if count != 1:
         attributes["messaging.batch.message_count"] = count
-    return tracing.span(f"enqueue {job_cls.name()}", "producer", attributes)
+    return tracing.span(f"enqueue {job_cls.name()}", "producer", attributes, covers_its_calls=True)
 
 
 def _names(jobs: Sequence[EncodedJob]) -> str:

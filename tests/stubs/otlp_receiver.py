@@ -40,6 +40,8 @@ class ReceivedSpan:
     links: list[str] = field(default_factory=list)  # the trace ids linked to
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     status: int = 0  # 0 unset, 1 ok, 2 error
+    start_ns: int = 0
+    end_ns: int = 0
 
     def __getitem__(self, key: str) -> Any:
         return self.attributes[key]
@@ -74,6 +76,8 @@ def _spans(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                         links=[link.trace_id.hex() for link in span.links],
                         events=[(event.name, _attributes(event.attributes)) for event in span.events],
                         status=span.status.code,
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
                     )
                 )
     return found

@@ -27,17 +27,21 @@ def traced_env(settings_env: dict[str, str], otlp: OtlpReceiver) -> dict[str, st
     }
 
 
-def tree(spans: list[ReceivedSpan]) -> str:
-    """A trace drawn as its spans' tree (service, name), children under their parent: what a failure shows."""
+def tree(spans: list[ReceivedSpan], *, durations: bool = False) -> str:
+    """A trace drawn as its spans' tree (service, name), children under their parent in the order they started:
+    what a failure shows (and, with their durations, docs/operations.md)."""
     by_parent: dict[str, list[ReceivedSpan]] = {}
     ids = {span.span_id for span in spans}
     for span in spans:
         by_parent.setdefault(span.parent_span_id if span.parent_span_id in ids else "", []).append(span)
+    for children in by_parent.values():
+        children.sort(key=lambda span: span.start_ns)
     lines: list[str] = []
 
     def draw(parent: str, depth: int) -> None:
         for span in by_parent.get(parent, []):
-            lines.append(f"{'  ' * depth}{span.name} [{span.service}, {span.kind}]")
+            took = f" {(span.end_ns - span.start_ns) / 1e6:.1f} ms" if durations else ""
+            lines.append(f"{'  ' * depth}{span.name} [{span.service}, {span.kind}]{took}")
             draw(span.span_id, depth + 1)
 
     draw("", 0)
