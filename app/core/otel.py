@@ -46,6 +46,7 @@ from opentelemetry.util.types import Attributes
 
 from app.core.otel_export import ScrubbingExporter
 from app.core.redaction import SecretScrubber
+from app.core.sentry import SENSITIVE_HEADERS
 from app.core.settings import Settings
 
 # Probes and scrapes are not stories: no trace each (every few seconds, from every prober).
@@ -61,7 +62,13 @@ def _prefer_stable_http_conventions() -> None:
 def litestar_plugin() -> OpenTelemetryPlugin:
     """Litestar's plugin: one server span per request, from the global provider (set by :meth:`Tracing.start`)."""
     _prefer_stable_http_conventions()
-    return OpenTelemetryPlugin(OpenTelemetryConfig(exclude=UNTRACED_PATHS, exclude_spans=["receive", "send"]))
+    config = OpenTelemetryConfig(
+        exclude=UNTRACED_PATHS,
+        exclude_spans=["receive", "send"],
+        # Headers are recorded only if OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_* ask for them: credentials never.
+        http_capture_headers_sanitize_fields=sorted(SENSITIVE_HEADERS),
+    )
+    return OpenTelemetryPlugin(config)
 
 
 class NoOrphanClients(Sampler):
