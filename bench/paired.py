@@ -61,6 +61,34 @@ def paired_cost(run: Run, what: str, costs: list[float]) -> float:
     return statistics.median(costs)
 
 
+def record_intake(run: Run, feature: str, measured: Paired) -> None:
+    """``<feature>_intake_rps_on/off``, ``..._cpu_us_on/off`` and ``<feature>_intake_cost`` (1 - req/s on / off)."""
+    rps = measured.rps
+    costs = [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
+    run.results.update(
+        {
+            **{f"{feature}_intake_rps_{kind}": measured.median("rps", kind) for kind in ("on", "off")},
+            **{f"{feature}_intake_cpu_us_{kind}": measured.median("cpu", kind) for kind in ("on", "off")},
+            f"{feature}_intake_cost": paired_cost(run, f"{feature} cost, intake req/s", costs),
+        }
+    )
+
+
+def record_worker(run: Run, feature: str, measured: Paired, cost_key: str) -> None:
+    """``<feature>_worker_cpu_ms_on/off`` and ``cost_key`` (CPU per job on / off - 1).
+
+    The drains' order pairs them (on, off / off, on / ...): the i-th of each kind make a round.
+    """
+    cpu = measured.cpu
+    costs = [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)]
+    run.results.update(
+        {
+            **{f"{feature}_worker_cpu_ms_{kind}": measured.median("cpu", kind) for kind in ("on", "off")},
+            cost_key: paired_cost(run, f"{feature} cost, worker CPU per job", costs),
+        }
+    )
+
+
 async def paired_intake(
     run: Run, label: str, servers: Mapping[str, tuple[str, Managed]], rounds: int, during: During = _nothing
 ) -> Paired:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from app.testing.processes import free_port
-from bench.paired import paired_cost, paired_drains, paired_intake, stopped
+from bench.paired import paired_drains, paired_intake, record_intake, record_worker, stopped
 from bench.processes import Managed
 
 if TYPE_CHECKING:
@@ -44,16 +44,7 @@ async def _intake(run: Run) -> None:
     }
     measured = await paired_intake(run, "metrics", servers, run.mode.metrics_intake_rounds, _scraping("/metrics"))
     await stopped(run, servers)
-    rps = measured.rps
-    run.results.update(
-        metrics_intake_rps_on=measured.median("rps", "on"),
-        metrics_intake_rps_off=measured.median("rps", "off"),
-        metrics_intake_cpu_us_on=measured.median("cpu", "on"),
-        metrics_intake_cpu_us_off=measured.median("cpu", "off"),
-        metrics_intake_cost=paired_cost(
-            run, "metrics cost, intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
-        ),
-    )
+    record_intake(run, "metrics", measured)
 
 
 async def _drain(run: Run) -> None:
@@ -64,17 +55,7 @@ async def _drain(run: Run) -> None:
         return worker, f"http://127.0.0.1:{port}"
 
     measured = await paired_drains(run, "metrics", run.mode.metrics_drains, start, _scraping("/metrics"))
-    cpu = measured.cpu
-    run.results.update(
-        metrics_worker_cpu_ms_on=measured.median("cpu", "on"),
-        metrics_worker_cpu_ms_off=measured.median("cpu", "off"),
-        # The drains' order pairs them (on, off / off, on / ...): the i-th of each kind make a round.
-        metrics_worker_cpu_cost=paired_cost(
-            run,
-            "metrics cost, worker CPU per job",
-            [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)],
-        ),
-    )
+    record_worker(run, "metrics", measured, "metrics_worker_cpu_cost")
 
 
 def _scraping(path: str) -> Callable[[str, str], contextlib.AbstractAsyncContextManager[None]]:

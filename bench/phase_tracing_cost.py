@@ -18,7 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from bench.otlp_sink import OtlpSink
-from bench.paired import paired_cost, paired_drains, paired_intake, stopped
+from bench.paired import paired_drains, paired_intake, record_intake, record_worker, stopped
 from bench.processes import Managed
 
 if TYPE_CHECKING:
@@ -46,16 +46,7 @@ async def _intake(run: Run, sink: OtlpSink) -> None:
     }
     measured = await paired_intake(run, "tracing", servers, run.mode.tracing_intake_rounds)
     await stopped(run, servers)
-    rps = measured.rps
-    run.results.update(
-        tracing_intake_rps_on=measured.median("rps", "on"),
-        tracing_intake_rps_off=measured.median("rps", "off"),
-        tracing_intake_cpu_us_on=measured.median("cpu", "on"),
-        tracing_intake_cpu_us_off=measured.median("cpu", "off"),
-        tracing_intake_cost=paired_cost(
-            run, "tracing cost, intake req/s", [1 - on / off for on, off in zip(rps["on"], rps["off"], strict=True)]
-        ),
-    )
+    record_intake(run, "tracing", measured)
 
 
 async def _drain(run: Run, sink: OtlpSink) -> None:
@@ -63,14 +54,6 @@ async def _drain(run: Run, sink: OtlpSink) -> None:
         (worker,) = await run.start_workers(1, tracing_env(sink) if kind == "on" else {})
         return worker, ""
 
-    measured = await paired_drains(run, "tracing", run.mode.tracing_drains, start)
-    cpu = measured.cpu
-    run.results.update(
-        tracing_worker_cpu_ms_on=measured.median("cpu", "on"),
-        tracing_worker_cpu_ms_off=measured.median("cpu", "off"),
-        tracing_worker_cost=paired_cost(
-            run,
-            "tracing cost, worker CPU per Clerk event",
-            [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)],
-        ),
+    record_worker(
+        run, "tracing", await paired_drains(run, "tracing", run.mode.tracing_drains, start), "tracing_worker_cost"
     )
