@@ -128,7 +128,7 @@ def span(
 
     ``covers_its_calls``: the span says all there is of the block's Redis, SQL and HTTP calls (an enqueue is one
     script call, a budget wait its polling), which then make no spans of their own: each span costs the process
-    some 0.1 ms, its export included (docs/operations.md, traces).
+    about 0.25 ms of CPU, its export included (docs/operations.md, traces).
     """
     return NOT_TRACED if _tracing is None else _tracing.span(name, kind, attributes, covers_its_calls)
 
