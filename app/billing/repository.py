@@ -33,7 +33,9 @@ _CUSTOMER_LOCK_CLASS = 0x5354
 _SUBJECT_LOCK_CLASS = 0x5355
 _LOCK_CUSTOMER = text(f"SELECT pg_advisory_xact_lock({_CUSTOMER_LOCK_CLASS}, hashtext(:customer_id))")
 _LOCK_SUBJECT = text(f"SELECT pg_advisory_xact_lock({_SUBJECT_LOCK_CLASS}, hashtext(:subject))")
-_LOCK_WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE")
+_LOCK_WORKSPACE_OF_CUSTOMER = text(
+    "SELECT id, billing_synced_at FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE"
+)
 _WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id")
 
 # An event asks for a sync of its subject. Under the row's lock (the upsert's): a pending sync (it begins its
@@ -101,6 +103,18 @@ _MIRRORS: dict[MirrorKind, type[BillingDispute] | type[BillingRefund] | type[Bil
     "refund": BillingRefund,
     "early_fraud_warning": BillingFraudWarning,
 }
+# The customer of an object billing holds (a thin event names only the object): the workspace synced with the
+# subscription (ix_workspace_subscription_id), or the workspace of a mirrored object.
+_CUSTOMER_HOLDING: dict[str, str] = {
+    "subscription": (
+        "SELECT stripe_customer_id FROM workspace WHERE subscription_id = $1 AND stripe_customer_id IS NOT NULL LIMIT 1"
+    ),
+    **{
+        kind: f"SELECT w.stripe_customer_id FROM {model.__tablename__} m JOIN workspace w ON w.id = m.workspace_id "
+        "WHERE m.stripe_id = $1"
+        for kind, model in _MIRRORS.items()
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,12 @@ class BillingRepository:
         """In the sync's transaction, before its events are marked (the hand-off's lock order)."""
         await session.execute(_SYNC_DONE, {"subject": subject, "generation": generation, "calls": calls})
 
+    async def customer_holding(self, kind: str, stripe_id: str) -> str | None:
+        """The customer of a subscription or mirrored object billing holds, by its Stripe id; None: not held."""
+        async with driver_connection(self.db) as connection:
+            customer: str | None = await connection.fetchval(_CUSTOMER_HOLDING[kind], stripe_id)
+        return customer
+
     # Locks, in billing's order: the sync's subject, the customer, then the rows ---------------------------
     @staticmethod
     async def lock_subject(session: AsyncSession, subject: str) -> None:
@@ -169,7 +189,14 @@ class BillingRepository:
 
     @staticmethod
     async def lock_workspace_of_customer(session: AsyncSession, customer_id: str) -> int | None:
-        return cast("int | None", await session.scalar(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id}))
+        locked = await BillingRepository.lock_billing_of_customer(session, customer_id)
+        return locked[0] if locked is not None else None
+
+    @staticmethod
+    async def lock_billing_of_customer(session: AsyncSession, customer_id: str) -> tuple[int, datetime | None] | None:
+        """The customer's workspace, locked: its id and when the read its billing was last written from began."""
+        row = (await session.execute(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id})).first()
+        return (int(row.id), row.billing_synced_at) if row is not None else None
 
     @staticmethod
     async def workspace_of_customer(session: AsyncSession, customer_id: str) -> int | None:

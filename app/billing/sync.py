@@ -18,6 +18,17 @@ each other, so at most one sync of a subject is in flight (save a sync whose
 turn comes while the one before it still writes: it waits for that one's
 lock).
 
+An event whose customer was read after it arrived costs no read, across
+subjects too: a sync that reaches a customer whose workspace was written from
+a read that began after the latest of its events arrived writes nothing and
+covers them (``BillingService.sync_customer``, asked under the customer's
+lock). Thin events about a subscription or an invoice billing does not hold
+(``thin_events.py``) have such a subject (``subscription:sub_...``,
+``invoice:in_...``): its sync reads the object once for its customer, then
+syncs that customer; of it and the customer's own sync (a snapshot twin's),
+whichever takes the customer's lock second finds it read after its events
+arrived: one customer read between them.
+
 A sync that fails:
 
 - permanently (a Stripe 404): every event it covers is set aside, one alert;
@@ -33,6 +44,7 @@ A sync that fails:
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,7 +69,16 @@ from app.webhooks.processing import describe_error
 
 logger = logging.getLogger(__name__)
 
-CALLS = {"customer": 1, "checkout": 2, "dispute": 2, "refund": 2, "early_fraud_warning": 2, "charge": 1}
+CALLS = {
+    "customer": 1,
+    "checkout": 2,
+    "dispute": 2,
+    "refund": 2,
+    "early_fraud_warning": 2,
+    "charge": 1,
+    "subscription": 2,
+    "invoice": 2,
+}
 """Stripe calls a first sync of each kind of subject reserves (a sync that needs more learns it: ``calls``)."""
 STALE_MARGIN_SECONDS = 60
 """A read in flight longer than the sync's time limit and this is taken for lost (its worker died)."""
@@ -184,7 +205,7 @@ class _Sync:
                 logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
                 return None
             self.read_began = claim.read_began
-            if not await coverage.covered_count(resources.db, subject, claim.read_began):
+            if await coverage.newest_covered(resources.db, subject, claim.read_began) is None:
                 logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
                 await repo.release_sync(subject, generation, again=False)
                 return None
@@ -195,26 +216,37 @@ class _Sync:
 
     async def _read_and_write(self, session: Any, read_began: datetime) -> coverage.Processed:
         resources, subject, generation = self.resources, self.subject, self.generation
-        kind, _, object_id = subject.partition(":")
-        gateway, settings = stripe_gateway(resources), resources.settings
-        synced: BillingSync | None = None
-        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn)
-        mirrors = MirrorService(session, gateway, self.turn)
-        if kind == "customer":
-            synced = await billing.sync_customer(object_id, read_began)
-        elif kind == "checkout":
-            synced = await billing.link_checkout(object_id, read_began)
-        elif kind in ("dispute", "refund", "early_fraud_warning"):
-            await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
-        elif kind == "charge":
-            await mirrors.sync_refunds_of_charge(object_id, read_began)
-        else:
-            raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({subject}).")
+        synced = await self._read(session, read_began)
         if synced is not None:  # identity owns seats: it re-seats the members after the commit
             cause = f"sync:{subject}:{generation}"
             await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
         await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
         return await coverage.mark_covered(session, subject, read_began)
+
+    async def _read(self, session: Any, read_began: datetime) -> BillingSync | None:
+        """Read the subject and write it; the workspace synced, if any."""
+        kind, _, object_id = self.subject.partition(":")
+        resources, settings = self.resources, self.resources.settings
+        gateway = stripe_gateway(resources)
+
+        def newest_event() -> Awaitable[datetime | None]:
+            return coverage.newest_covered(resources.db, self.subject, read_began)
+
+        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn, newest_event)
+        mirrors = MirrorService(session, gateway, self.turn)
+        if kind == "customer":
+            return await billing.sync_customer(object_id, read_began)
+        if kind in ("subscription", "invoice"):
+            return await billing.sync_customer_of(kind, object_id, read_began)  # type: ignore[arg-type]
+        if kind == "checkout":
+            return await billing.link_checkout(object_id, read_began)
+        if kind in ("dispute", "refund", "early_fraud_warning"):
+            await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
+        elif kind == "charge":
+            await mirrors.sync_refunds_of_charge(object_id, read_began)
+        else:
+            raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({self.subject}).")
+        return None
 
 
 async def _relay(resources: Resources, session: Any, subject: str) -> None:

@@ -4,11 +4,12 @@ from app.core.module import FeatureModule
 from app.identity.cli import identity_group
 from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
-from app.identity.jobs import ApplyWorkspaceMemberLimitJob
+from app.identity.jobs import IDENTITY_QUEUE, ApplyWorkspaceMemberLimitJob
 from app.identity.models import AppUser, Workspace, WorkspaceMember
 
 MODULE = FeatureModule(
     name="identity",
+    queues=[IDENTITY_QUEUE],
     jobs=[ApplyWorkspaceMemberLimitJob],
     crons=[IdentityReconcileCronJob],
     cli_groups=[identity_group],

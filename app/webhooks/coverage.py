@@ -4,8 +4,9 @@ A sync of a subject (billing's Stripe reads) covers the events of that subject
 that arrived by the time its read began. It asks here, never writing
 ``webhook_event`` itself:
 
-- :func:`covered_count`: whether it covers any (a sync with nothing to cover
-  skips its read);
+- :func:`newest_covered`: whether it covers any (a sync with nothing to cover
+  skips its read), and when the latest of them arrived (a read that began
+  after that covers them all);
 - :func:`mark_covered`: in the sync's own transaction, with what it wrote,
   they are processed; :func:`count_processed` counts them after the commit;
 - :func:`fail_covered`: a transient failure counts an attempt of each (so the
@@ -34,8 +35,9 @@ Processed = Sequence[tuple[str, float | None]]
 """(provider, seconds from arrival to processing; None for a replay) of each event a sync marked."""
 
 
-async def covered_count(db: Database, subject: str, read_began: datetime) -> int:
-    return await Inbox(db).covered_count(subject, read_began)
+async def newest_covered(db: Database, subject: str, read_began: datetime) -> datetime | None:
+    """When the latest event a sync of ``subject`` whose read began at ``read_began`` covers arrived (None: none)."""
+    return await Inbox(db).newest_covered(subject, read_began)
 
 
 async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> Processed:
