@@ -29,7 +29,7 @@ __all__ = ["stripe_stub", "stripe_stub_server"]
 
 pytestmark = pytest.mark.slow
 
-STRIPE_QUEUES = "webhook-stripe-queue,stripe-sync-queue,billing-queue"
+STRIPE_QUEUES = "webhook-stripe-queue,stripe-sync-queue,identity-queue"
 
 
 async def _deliver(base_url: str, path: str, delivery: Delivery) -> None:

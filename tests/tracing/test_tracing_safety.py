@@ -71,7 +71,7 @@ async def test_no_exported_span_carries_a_secret_a_body_a_payload_value_or_a_que
         clerk_event("user.created", first_name=PLANTED_NAME, last_name=PLANTED_BODY), webhook_secrets["clerk"]
     )
 
-    queues = "webhook-stripe-queue,stripe-sync-queue,billing-queue,webhook-clerk-queue"
+    queues = "webhook-stripe-queue,stripe-sync-queue,identity-queue,webhook-clerk-queue"
     async with worker_starter(env, "--queues", queues) as start:
         await start()
         with logged_api_process(env, tmp_path / "api.log") as base_url:
