@@ -8,13 +8,10 @@ backends show them). :meth:`sent_bytes` gives every request body as it arrived
 
 from __future__ import annotations
 
-import gzip
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -23,6 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tests.stubs.post_server import Answer, PostServer
 
 KINDS = {Span.SPAN_KIND_SERVER: "server", Span.SPAN_KIND_CLIENT: "client", Span.SPAN_KIND_PRODUCER: "producer"}
 KINDS |= {Span.SPAN_KIND_CONSUMER: "consumer", Span.SPAN_KIND_INTERNAL: "internal"}
@@ -91,45 +90,24 @@ class OtlpReceiver:
         self.resources: list[dict[str, Any]] = []
         self.bodies: list[bytes] = []
         self._arrived = threading.Condition()
-        receiver = self
+        self._server = PostServer(self._receive)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                encoding = self.headers.get("Content-Encoding")
-                if encoding == "gzip":
-                    body = gzip.decompress(body)
-                elif encoding == "deflate":
-                    body = zlib.decompress(body)
-                if self.path != "/v1/traces":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                receiver._ingest(body)
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+    def _receive(self, path: str, body: bytes) -> Answer:
+        if path != "/v1/traces":
+            return 404, "text/plain", b""
+        self._ingest(body)
+        return 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._server.port}"
 
     def start(self) -> OtlpReceiver:
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
     def _ingest(self, body: bytes) -> None:
         request = ExportTraceServiceRequest()

@@ -48,8 +48,10 @@ async def _processed(resources: Resources, delivery: Delivery) -> EventRecord:
 
 
 def _server_span(otlp: OtlpReceiver, path: str) -> ReceivedSpan:
-    spans = otlp.wait_for(lambda spans: [s for s in spans if s.kind == "server" and s.name == f"POST {path}"])
-    return spans[0]  # type: ignore[no-any-return]
+    spans: list[ReceivedSpan] = otlp.wait_for(
+        lambda spans: [s for s in spans if s.kind == "server" and s.name == f"POST {path}"]
+    )
+    return spans[0]
 
 
 def _children(spans: list[ReceivedSpan], parent: ReceivedSpan) -> list[ReceivedSpan]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -83,8 +84,8 @@ async def test_no_exported_span_carries_a_secret_a_body_a_payload_value_or_a_que
                 assert login.status_code in (200, 303, 403)
                 metrics = await client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
                 assert metrics.status_code == 200
-            for delivery in (stripe, clerk):
-                await wait_for(lambda d=delivery: _processed(resources, d.event_id), 60, f"{delivery.event_id}")
+            for event_id in (stripe.event_id, clerk.event_id):
+                await wait_for(partial(_processed, resources, event_id), 60, f"event {event_id} processed")
             otlp.wait_for(
                 lambda spans: any(s.attributes.get("url.full", "").endswith("/v1/subscriptions") for s in spans),
                 what="the Stripe list call's span",
