@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from app.core.resources import Resources
+from app.testing import signed_stripe_delivery, stripe_event, stripe_subscription
+from app.testing.deliveries import Delivery
+from app.testing.stripe_stub import StripeStub
+from tests.factories import WorkspaceFactory, persist
 from tests.stubs.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 
@@ -46,3 +52,15 @@ def tree(spans: list[ReceivedSpan], *, durations: bool = False) -> str:
 
     draw("", 0)
     return "\n".join(lines)
+
+
+async def linked_customer(resources: Resources, stripe_stub: StripeStub, customer: str, **fields: Any) -> None:
+    """A workspace linked to Stripe customer ``customer``, which the Stripe stub has (with ``fields``)."""
+    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id=customer))
+    stripe_stub.put_customer(customer, **fields)
+
+
+def subscription_delivery(secret: str, customer: str, **subscription: Any) -> Delivery:
+    """A signed ``customer.subscription.updated`` delivery about ``customer``'s subscription."""
+    event = stripe_event("customer.subscription.updated", stripe_subscription(customer, **subscription))
+    return signed_stripe_delivery(event, secret)

@@ -12,18 +12,17 @@ import pytest
 from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.runtime import open_resources
-from app.testing import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event, stripe_subscription
+from app.testing import clerk_event, signed_clerk_delivery
 from app.testing.deliveries import Delivery
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import EventRecord, Inbox
 from app.webhooks.maintenance import recover
-from tests.factories import WorkspaceFactory, persist
 from tests.ops.conftest import OPS_PASSWORD, ops_client
 from tests.processes import logged_api_process, wait_for, worker_starter
 from tests.stubs.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.stubs.sentry_ingest import SentryIngestStub
-from tests.tracing.conftest import tree
+from tests.tracing.conftest import linked_customer, subscription_delivery, tree
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
 
@@ -116,16 +115,9 @@ async def test_a_stripe_delivery_is_one_trace_down_to_its_stripe_call_and_its_sy
     """Two deliveries about one customer, queued before a worker runs: one sync, in the first one's trace or the
     second's, covers both, and is linked to the trace of each it covers in another."""
     env = {**traced_env, "STRIPE_API_BASE": stripe_stub.base_url}
-    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id="cus_traced"))
-    stripe_stub.put_customer("cus_traced")
+    await linked_customer(resources, stripe_stub, "cus_traced")
     stripe_stub.put_subscription("cus_traced", id="sub_traced", quantity=3)
-    deliveries = [
-        signed_stripe_delivery(
-            stripe_event("customer.subscription.updated", stripe_subscription("cus_traced", id="sub_traced")),
-            webhook_secrets["stripe"],
-        )
-        for _ in range(2)
-    ]
+    deliveries = [subscription_delivery(webhook_secrets["stripe"], "cus_traced", id="sub_traced") for _ in range(2)]
     with logged_api_process(env, tmp_path / "api.log") as base_url:
         for delivery in deliveries:
             await _deliver(base_url, "/webhooks/stripe", delivery)
@@ -172,14 +164,10 @@ async def test_a_retried_attempt_stays_in_the_deliverys_trace_and_its_sentry_eve
         "SENTRY_DSN": sentry_stub.dsn,
         "WEBHOOK_RETRY_BASE_SECONDS": "0.05",
     }
-    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id="cus_retried"))
-    stripe_stub.put_customer("cus_retried")
+    await linked_customer(resources, stripe_stub, "cus_retried")
     stripe_stub.put_subscription("cus_retried", id="sub_retried", quantity=2)
     stripe_stub.fail("/v1/customers", status=500, times=1)  # the first read fails, the retry succeeds
-    delivery = signed_stripe_delivery(
-        stripe_event("customer.subscription.updated", stripe_subscription("cus_retried", id="sub_retried")),
-        webhook_secrets["stripe"],
-    )
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_retried", id="sub_retried")
     async with worker_starter(env, "--queues", STRIPE_QUEUES) as start:
         await start()
         with logged_api_process(env, tmp_path / "api.log") as base_url:
@@ -245,13 +233,9 @@ async def test_an_operators_retry_and_the_recovery_cron_continue_the_deliverys_t
         "OPS_PASSWORD": OPS_PASSWORD,
         "WEBHOOK_RETRY_LIMIT": "0",
     }
-    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id="cus_down"))
-    stripe_stub.put_customer("cus_down")
+    await linked_customer(resources, stripe_stub, "cus_down")
     stripe_stub.fail("/v1/customers", status=500, times=None)
-    delivery = signed_stripe_delivery(
-        stripe_event("customer.subscription.updated", stripe_subscription("cus_down", id="sub_down")),
-        webhook_secrets["stripe"],
-    )
+    delivery = subscription_delivery(webhook_secrets["stripe"], "cus_down", id="sub_down")
 
     def syncs(trace_id: str, count: int) -> list[ReceivedSpan]:
         return otlp.wait_for(

@@ -14,15 +14,14 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.core.resources import Resources
-from app.testing import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event, stripe_subscription
+from app.testing import clerk_event, signed_clerk_delivery
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
-from tests.factories import WorkspaceFactory, persist
 from tests.processes import logged_api_process, wait_for, worker_starter
 from tests.stubs.otlp_receiver import OtlpReceiver
-from tests.tracing.conftest import tree
+from tests.tracing.conftest import linked_customer, subscription_delivery, tree
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
 
@@ -59,14 +58,10 @@ async def test_no_exported_span_carries_a_secret_a_body_a_payload_value_or_a_que
         "METRICS_TOKEN": METRICS_TOKEN,
         "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={OTLP_API_KEY}",
     }
-    await persist(resources.db, WorkspaceFactory.build(stripe_customer_id="cus_safe"))
-    stripe_stub.put_customer("cus_safe", email=f"{PLANTED_RESPONSE}@example.com")  # no subscription: a list call
-    stripe = signed_stripe_delivery(
-        stripe_event(
-            "customer.subscription.updated",
-            stripe_subscription("cus_safe", id="sub_safe", metadata={"note": PLANTED_BODY}),
-        ),
-        webhook_secrets["stripe"],
+    # No subscription at Stripe: the sync lists them, a call with a query string.
+    await linked_customer(resources, stripe_stub, "cus_safe", email=f"{PLANTED_RESPONSE}@example.com")
+    stripe = subscription_delivery(
+        webhook_secrets["stripe"], "cus_safe", id="sub_safe", metadata={"note": PLANTED_BODY}
     )
     clerk = signed_clerk_delivery(
         clerk_event("user.created", first_name=PLANTED_NAME, last_name=PLANTED_BODY), webhook_secrets["clerk"]
