@@ -22,6 +22,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler, Scope
 
+from app.core import tracing
 from app.core.commands import mount
 from app.core.db import Database
 from app.core.errors import exit_on_settings_error
@@ -71,7 +72,10 @@ def _lifespan(
 ) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        # Started when the app serves (not when the CLI builds it for a command): spans exported until it stops.
+        tracing.start(resources.settings, "api")
         async with AsyncExitStack() as stack:
+            stack.callback(tracing.shutdown)
             stack.push_async_callback(resources.close)
             for part in parts.values():
                 if part.lifespan is not None:
@@ -100,7 +104,7 @@ def build_app(
     return Litestar(
         route_handlers=_route_handlers(parts, resources),
         dependencies=_dependencies(resources, runtime, parts, dependencies or {}),
-        plugins=[_database_plugin(resources.db), ModuleCLIPlugin()],
+        plugins=[_database_plugin(resources.db), ModuleCLIPlugin(), *tracing.server_plugins(settings)],
         middleware=[request_context_middleware],
         request_class=AppRequest,
         lifespan=[_lifespan(resources, parts)],

@@ -34,6 +34,7 @@ from bench import (
     phase_pipeline,
     phase_stripe_backlog,
     phase_thin_backlog,
+    phase_tracing_cost,
 )
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
 from bench.modes import MODES, Mode
@@ -51,6 +52,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "isolation": phase_isolation.isolation,
     "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,
+    "tracing_cost": phase_tracing_cost.tracing_cost,
 }
 
 

@@ -57,23 +57,24 @@ class Fleet:
     api_workers: int
     wait_ready: Callable[[list[Managed], str], Awaitable[None]]
     """Until every worker given is polling the queue given (``Run``: a ping job on that queue)."""
-    apis: dict[tuple[str, ...], tuple[str, Managed]] = field(default_factory=dict)
+    apis: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], tuple[str, Managed]] = field(default_factory=dict)
     running: list[Managed] = field(default_factory=list)
     kind: WorkerKind | None = None
 
-    async def api(self, launcher: Sequence[str] = ()) -> str:
-        """The base URL of the API run by ``launcher`` (``python -m`` arguments; none: the product as shipped),
-        started if it is not running."""
-        key = tuple(launcher)
+    async def api(self, launcher: Sequence[str] = (), env: Mapping[str, str] | None = None) -> str:
+        """The base URL of the API run by ``launcher`` (``python -m`` arguments; none: the product as shipped) with
+        ``env`` over the run's settings, started if it is not running."""
+        key = _api_key(launcher, env)
         if key not in self.apis:
-            name = "api" if not key else f"api-{key[-1].rsplit('.', 1)[-1]}"
+            name = "api" + (f"-{key[0][-1].rsplit('.', 1)[-1]}" if key[0] else "") + ("-env" if key[1] else "")
+            settings = {**self.env, **dict(key[1])}
             self.apis[key] = await asyncio.to_thread(
-                self.processes.start_uvicorn, "api", name, "app.asgi:create_app", self.env, self.api_workers, key
+                self.processes.start_uvicorn, "api", name, "app.asgi:create_app", settings, self.api_workers, key[0]
             )
         return self.apis[key][0]
 
-    def api_process(self, launcher: Sequence[str] = ()) -> Managed:
-        return self.apis[tuple(launcher)][1]
+    def api_process(self, launcher: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Managed:
+        return self.apis[_api_key(launcher, env)][1]
 
     async def release_api(self) -> None:
         """Done with the APIs: stopped (their connections are not needed any more), unless the run keeps them."""
@@ -129,3 +130,9 @@ class Fleet:
         for worker in self.running:
             await asyncio.to_thread(self.processes.stop, worker)
         self.running, self.kind = [], None
+
+
+def _api_key(
+    launcher: Sequence[str], env: Mapping[str, str] | None
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    return tuple(launcher), tuple(sorted((env or {}).items()))

@@ -47,6 +47,9 @@ class Mode:
     # metrics_cost: intake rounds of each kind, and the order of its drains (a slow moment hits both kinds alike)
     metrics_intake_rounds: int = 3
     metrics_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
+    # tracing_cost: the same, with tracing on (every span exported) and off
+    tracing_intake_rounds: int = 3
+    tracing_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
 
 
 MODES = {
@@ -79,6 +82,8 @@ MODES = {
         keep_processes=True,
         worker_max_jobs=5,  # its kept workers serve every phase: fewer connections to a shared Postgres
         connections=16,  # the intake's: its kept API's pool grows to as many
+        tracing_intake_rounds=1,
+        tracing_drains=("on", "off"),
     ),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
     "full": Mode(

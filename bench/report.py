@@ -47,6 +47,8 @@ REQUIRED_KEYS = (
     "fairness_flood_drain_ratio",
     "metrics_intake_cost",
     "metrics_worker_cpu_cost",
+    "tracing_intake_cost",
+    "tracing_worker_cost",
     "api_rss_mb",
     "worker_rss_mb",
 )

@@ -146,6 +146,37 @@ def _us(way: str) -> Callable[[dict[str, Any]], str]:
     return lambda r: f"{_f(f'adapter_{way}_us', 1)(r)} / {_f(f'adapter_{way}_cpu_us', 1)(r)}"
 
 
+def _cost_rows(feature: str, worker: str, target: str, limit: float, drained: str) -> tuple[Row, Row]:
+    """A feature's cost to the intake (req/s) and a worker (CPU per job), measured on and off in the same run:
+    ``<feature>_intake_cost`` and ``<worker>_cost`` (``bench/paired.py``)."""
+
+    def cost(key: str) -> Callable[[dict[str, Any]], str]:
+        return lambda r: f"{r[key] * 100:.1f}%" if r.get(key) is not None else "n/a"
+
+    return (
+        Row(
+            f"{feature}: intake cost (1 - req/s with / without)",
+            cost(f"{feature}_intake_cost"),
+            lambda r: (
+                f"{_f(f'{feature}_intake_rps_on')(r)} req/s with, {_f(f'{feature}_intake_rps_off')(r)} without; "
+                f"CPU {_f(f'{feature}_intake_cpu_us_on')(r)} / {_f(f'{feature}_intake_cpu_us_off')(r)} us per request"
+            ),
+            target,
+            _check(lambda r: r[f"{feature}_intake_cost"] <= limit),
+        ),
+        Row(
+            f"{feature}: worker CPU per job cost",
+            cost(f"{worker}_cost"),
+            lambda r: (
+                f"{_f(f'{feature}_worker_cpu_ms_on', 2)(r)} ms with, {_f(f'{feature}_worker_cpu_ms_off', 2)(r)} ms "
+                f"without {drained}"
+            ),
+            target,
+            _check(lambda r: r[f"{worker}_cost"] <= limit),
+        ),
+    )
+
+
 ADAPTER_ROWS = (
     Row(
         "arq adapter, one job a call (us per job: wall / CPU)",
@@ -333,28 +364,8 @@ ROWS = (
     *OUTAGE_ROWS,
     *FLOOD_ROWS,
     *ADAPTER_ROWS,
-    Row(
-        "metrics: intake cost (1 - req/s with / without)",
-        lambda r: f"{r['metrics_intake_cost'] * 100:.1f}%" if r.get("metrics_intake_cost") is not None else "n/a",
-        lambda r: (
-            f"{_f('metrics_intake_rps_on')(r)} req/s with, {_f('metrics_intake_rps_off')(r)} without; "
-            f"CPU {_f('metrics_intake_cpu_us_on')(r)} / {_f('metrics_intake_cpu_us_off')(r)} us per request"
-        ),
-        "<= 5%",
-        _check(lambda r: r["metrics_intake_cost"] <= 0.05),
-    ),
-    Row(
-        "metrics: worker CPU per job cost",
-        lambda r: (
-            f"{r['metrics_worker_cpu_cost'] * 100:.1f}%" if r.get("metrics_worker_cpu_cost") is not None else "n/a"
-        ),
-        lambda r: (
-            f"{_f('metrics_worker_cpu_ms_on', 2)(r)} ms with, {_f('metrics_worker_cpu_ms_off', 2)(r)} ms without "
-            "(Clerk events, /metrics scraped every second)"
-        ),
-        "<= 5%",
-        _check(lambda r: r["metrics_worker_cpu_cost"] <= 0.05),
-    ),
+    *_cost_rows("metrics", "metrics_worker_cpu", "<= 5%", 0.05, "(Clerk events, /metrics scraped every second)"),
+    *_cost_rows("tracing", "tracing_worker", "<= 10%", 0.10, "(Clerk events, every span exported)"),
     Row("API peak RSS (MB)", _f("api_rss_mb", 0), _text(""), "<= 150", _check(lambda r: r["api_rss_mb"] <= 150)),
     Row(
         "worker peak RSS (MB)",

@@ -59,6 +59,7 @@ from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync
 from app.billing.stripe_gateway import stripe_budget, stripe_gateway
+from app.core import tracing
 from app.core.resources import Resources
 from app.core.sentry import report_exception
 from app.identity.seats import set_member_limit
@@ -156,6 +157,7 @@ def stale_after(resources: Resources) -> float:
 
 async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     subject, generation = data.subject, data.generation
+    tracing.annotate({"billing.sync_subject": subject})  # and a link to each event it covers (coverage)
     # Stripe held or paused: back when it may call, holding nothing (its job waiting is not lost: request_sync).
     await STRIPE.of(resources).check(subject)
     turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
+from app.core import tracing
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
@@ -93,7 +94,11 @@ def command_runtime(app: Litestar) -> CommandRuntime:
 
 
 def run_with_resources(app: Litestar, work: Callable[[Resources], Awaitable[T]]) -> T:
-    """Open the resources the worker uses, run ``work``, close them; Sentry flushed on the way out."""
+    """Open the resources the worker uses, run ``work``, close them; Sentry and traces flushed on the way out.
+
+    With tracing on, the command is one trace (service ``saas-jobs-cli``) named after it (``litestar webhooks
+    replay``): what it queues continues it.
+    """
     runtime = command_runtime(app)
 
     async def main() -> T:
@@ -103,8 +108,10 @@ def run_with_resources(app: Litestar, work: Callable[[Resources], Awaitable[T]])
         finally:
             await resources.close()
 
+    name = click.get_current_context(silent=True)
     try:
-        return asyncio.run(main())
+        with tracing.command_span(runtime.settings, name.command_path if name else "command"):
+            return asyncio.run(main())
     finally:
         flush_sentry()
 

@@ -2,7 +2,8 @@
 
 structlog renders every line, including lines of the standard library's
 loggers (arq, uvicorn, SQLAlchemy), so context bound with
-``structlog.contextvars`` (request id, job name, job id...) lands on all of them.
+``structlog.contextvars`` (request id, job name, job id...) lands on all of them, and so do
+``trace_id`` and ``span_id`` while a span is active (docs/operations.md, traces).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from structlog.tracebacks import ExceptionDictTransformer
 
 from app.core.redaction import MIN_SECRET_LENGTH, SecretScrubber
 from app.core.settings import Settings
+from app.core.tracing import add_trace_ids
 
 logger = logging.getLogger(__name__)
 _NOISY = {
@@ -37,6 +39,7 @@ def _drop_color_message(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any
 def _shared_processors() -> list[Any]:
     return [
         structlog.contextvars.merge_contextvars,
+        add_trace_ids,  # while a span is active (tracing on): one check of a global otherwise
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.ExtraAdder(),

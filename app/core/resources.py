@@ -20,6 +20,7 @@ from app.core.db import Database
 from app.core.module import FeatureModule
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.settings import Settings
+from app.core.tracing import CURRENT_TRACE, JobTraceContext
 
 JobState = Literal["queued", "deferred", "in_progress", "absent"]
 T = TypeVar("T")
@@ -39,6 +40,7 @@ class MessageQueue(Protocol):
         session: AsyncSession | None = None,
         request_id: JobRequestId = CURRENT_REQUEST,
         tenant_key: str | None = None,
+        trace_context: JobTraceContext = CURRENT_TRACE,
     ) -> str | None:
         """Queue a job; ``None`` when a job with that deduplication id waits, runs or retries.
 
@@ -48,6 +50,9 @@ class MessageQueue(Protocol):
         ``request_id``: the request the job is for, on every line it writes and on its Sentry events; by
         default the request (or job) that queues it. A job that works for an inbox event queued earlier
         names the event's own (the delivery's), whoever queues it again.
+
+        ``trace_context``: the trace its attempts are spans of (tracing on), the same way: by default the
+        running span's (a job queued from a request continues the request's trace), or an event's stored one.
 
         Never waits more than about a second on an unreachable Redis: raises
         ``QueueUnavailableError`` instead.
@@ -69,11 +74,13 @@ class MessageQueue(Protocol):
         *,
         request_ids: Sequence[str | None] | None = None,
         tenant_keys: Sequence[str | None] | None = None,
+        trace_contexts: Sequence[str | None] | None = None,
     ) -> list[str | None]:
         """``add`` for several jobs of one class, given as (data, deduplication id): per job, its id or ``None``.
 
         ``request_ids``: each job's (as ``add``'s ``request_id``), in the order of ``items``; by default the
-        request (or job) that queues them.
+        request (or job) that queues them. ``trace_contexts``: each job's (as ``add``'s ``trace_context``), by
+        default the running span's.
 
         One round trip to Redis instead of one per job (the recovery cron queues pages of events).
         """

@@ -24,6 +24,7 @@ from sentry_sdk.utils import BadDsn, Dsn
 
 from app.core.redaction import SecretScrubber
 from app.core.request_context import current_request_id
+from app.core.tracing import current_trace_id
 
 logger = logging.getLogger(__name__)
 Component = Literal["api", "worker", "cli"]
@@ -132,9 +133,10 @@ def capture_checkin(
 
 
 def _correlation() -> dict[str, str]:
-    """The request the failing code runs for (a delivery, or the request that queued the job), as a tag."""
-    request_id = current_request_id()
-    return {"request_id": request_id} if request_id else {}
+    """The request the failing code runs for (a delivery, or the request that queued the job) and the trace it is
+    part of (tracing on), as tags."""
+    tags = {"request_id": current_request_id(), "trace_id": current_trace_id()}
+    return {key: value for key, value in tags.items() if value}
 
 
 def report_exception(

@@ -13,6 +13,7 @@ import binascii
 import ipaddress
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from croniter import croniter
 from sqlalchemy.engine import make_url
@@ -137,6 +138,20 @@ def http_url(name: str, raw: str) -> str:
     if scheme not in ("http", "https") or not sep or not rest.split("/")[0]:
         raise SettingsError(f"{name}={redact_url(raw)!r} does not parse: use an http(s) URL such as https://host/path.")
     return raw.rstrip("/")
+
+
+def header_values(name: str, raw: str) -> tuple[str, ...]:
+    """``key=value`` pairs separated by commas (values percent-encoded), as OpenTelemetry reads them: the values.
+
+    Only the values are kept: they are the credentials (an API key, ``sentry sentry_key=...``) to scrub.
+    """
+    values: list[str] = []
+    for pair in (part.strip() for part in raw.split(",") if part.strip()):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise SettingsError(f"{name} does not parse: use key=value pairs separated by commas (values URL-encoded).")
+        values.extend(dict.fromkeys((value.strip(), unquote(value).strip())))
+    return tuple(dict.fromkeys(values))
 
 
 def whsec(name: str, raw: str) -> str:

@@ -126,6 +126,15 @@ class Settings:
     worker_max_jobs: int = field(default=20, metadata=env("WORKER_MAX_JOBS", kind.whole(1)))
     worker_metrics_port: int = field(default=9108, metadata=env("WORKER_METRICS_PORT", kind.whole(0, 65535)))
     sentry_dsn: str | None = field(default=None, metadata=env("SENTRY_DSN", kind.sentry_dsn))
+    # OpenTelemetry's own variables: the SDK reads them itself; these decide whether tracing is on, are checked at
+    # start, and keep the exporter's credentials out of logs, Sentry events and spans.
+    otel_exporter_otlp_endpoint: str | None = field(
+        default=None, metadata=env("OTEL_EXPORTER_OTLP_ENDPOINT", kind.http_url, secret="url")
+    )
+    otel_exporter_otlp_headers: tuple[str, ...] = field(
+        default=(), metadata=env("OTEL_EXPORTER_OTLP_HEADERS", kind.header_values, secret="value")
+    )
+    otel_sdk_disabled: bool = field(default=False, metadata=env("OTEL_SDK_DISABLED", kind.flag))
     ops_password: str | None = field(
         default=None, metadata=env("OPS_PASSWORD", kind.password(OPS_PASSWORD_MIN_LENGTH), secret="value")
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any, cast
 
@@ -22,12 +23,14 @@ from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core import tracing
 from app.core.db import Database
 from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import JobState
 from app.core.settings import Settings
+from app.core.tracing import CURRENT_TRACE, JobTraceContext
 from app.queue.arq_adapter import ArqEnqueuer
 from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced
 from app.queue.errors import QueueUnavailableError
@@ -78,21 +81,24 @@ class ArqQueue:
         session: AsyncSession | None = None,
         request_id: JobRequestId = CURRENT_REQUEST,
         tenant_key: str | None = None,
+        trace_context: JobTraceContext = CURRENT_TRACE,
     ) -> str | None:
-        job = encode_job(
-            self.settings,
-            job_cls,
-            data,
-            retry_limit=retry_limit,
-            delay=delay,
-            deduplication_id=deduplication_id,
-            request_id=request_id,
-            tenant_key=tenant_key,
-        )
-        if session is not None:
-            stage(session, job)
-            return job.job_id
-        (queued,) = await self.enqueue_encoded([job], what=job_cls.name())
+        with _producing(job_cls, 1):  # the job continues this span (tracing on)
+            job = encode_job(
+                self.settings,
+                job_cls,
+                data,
+                retry_limit=retry_limit,
+                delay=delay,
+                deduplication_id=deduplication_id,
+                request_id=request_id,
+                tenant_key=tenant_key,
+                trace_context=trace_context,
+            )
+            if session is not None:
+                stage(session, job)
+                return job.job_id
+            (queued,) = await self.enqueue_encoded([job], what=job_cls.name())
         return queued
 
     async def add_many(
@@ -102,16 +108,19 @@ class ArqQueue:
         *,
         request_ids: Sequence[str | None] | None = None,
         tenant_keys: Sequence[str | None] | None = None,
+        trace_contexts: Sequence[str | None] | None = None,
     ) -> list[str | None]:
         """``add`` for several jobs of one class (data, deduplication id) in one round trip."""
         ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
-        jobs = encode_jobs(
-            self.settings,
-            job_cls,
-            [(data, dedup, request_id) for (data, dedup), request_id in zip(items, ids, strict=True)],
-            tenant_keys=tenant_keys,
-        )
-        return await self.enqueue_encoded(jobs, what=job_cls.name())
+        with _producing(job_cls, len(items)):
+            jobs = encode_jobs(
+                self.settings,
+                job_cls,
+                [(data, dedup, request_id) for (data, dedup), request_id in zip(items, ids, strict=True)],
+                tenant_keys=tenant_keys,
+                trace_contexts=trace_contexts,
+            )
+            return await self.enqueue_encoded(jobs, what=job_cls.name())
 
     async def enqueue_encoded(self, jobs: Sequence[EncodedJob], *, what: str) -> list[str | None]:
         """Queue jobs already encoded (by ``add_many``, or rebuilt from outbox rows) in one round trip.
@@ -163,6 +172,20 @@ class ArqQueue:
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)
+
+
+def _producing(job_cls: type[Job[Any]], count: int) -> AbstractContextManager[Any]:
+    """The span of queueing jobs of one class (tracing on): what the jobs' attempts follow."""
+    if not tracing.is_on():
+        return tracing.NOT_TRACED
+    attributes: dict[str, str | int] = {
+        "messaging.system": "arq",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": str(job_cls.queue),
+    }
+    if count != 1:
+        attributes["messaging.batch.message_count"] = count
+    return tracing.span(f"enqueue {job_cls.name()}", "producer", attributes, covers_its_calls=True)
 
 
 def _names(jobs: Sequence[EncodedJob]) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from arq.utils import timestamp_ms, to_ms
 
 from app.core.request_context import CURRENT_REQUEST, JobRequestId, request_id_for_job
+from app.core.tracing import CURRENT_TRACE, JobTraceContext, current_trace_context
 from app.queue.job import Job
 from app.queue.retry import expires_after_seconds
 
@@ -53,6 +54,8 @@ class EncodedJob:
     tenant_key: str | None = None
     # Placed by its tenant's turn (asked for now), or at ``run_at_ms`` (a delay, or a queue served by time).
     fair: bool = False
+    # The trace it continues (tracing on): W3C headers as JSON, by default those of the code that queued it.
+    trace_context: str | None = None
 
     def expires_in_ms(self, now_ms: int) -> int:
         """The lifetime to give the job's key when it is written at ``now_ms``."""
@@ -69,11 +72,13 @@ def encode_job(
     deduplication_id: str | None = None,
     request_id: JobRequestId = CURRENT_REQUEST,
     tenant_key: str | None = None,
+    trace_context: JobTraceContext = CURRENT_TRACE,
 ) -> EncodedJob:
     """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times.
 
     ``request_id``: the request the job is for (every line it writes carries it); by default the one queuing it.
     ``tenant_key``: whose work it is; by default the data's field the class names (``Job.tenant_field``).
+    ``trace_context``: the trace its attempts are spans of; by default the one queuing it.
     """
     (job,) = encode_jobs(
         settings,
@@ -82,6 +87,7 @@ def encode_job(
         retry_limit=retry_limit,
         delay=delay,
         tenant_keys=[tenant_key],
+        trace_contexts=[trace_context],
     )
     return job
 
@@ -94,12 +100,14 @@ def encode_jobs(
     retry_limit: int | None = None,
     delay: timedelta | None = None,
     tenant_keys: Sequence[str | None] | None = None,
+    trace_contexts: Sequence[JobTraceContext] | None = None,
 ) -> list[EncodedJob]:
     """``encode_job`` for several jobs of one class, each (data, deduplication id, request id).
 
     The class's retry policy and the lifetime it gives a job are worked out once
     for all of them (the recovery cron queues pages of 500). ``tenant_keys``:
-    each job's, in the order of ``items`` (None: the class's ``tenant_field``).
+    each job's, in the order of ``items`` (None: the class's ``tenant_field``);
+    ``trace_contexts``: each job's too (by default the running span's).
     """
     policy = job_cls.retry_policy(settings)
     limit = policy.retry_limit if retry_limit is None else retry_limit
@@ -108,8 +116,10 @@ def encode_jobs(
     run_at_ms = now + (to_ms(delay) or 0)
     fair = delay is None and job_cls.fair
     keys = tenant_keys if tenant_keys is not None else [None] * len(items)
+    current = current_trace_context()
+    traces = [current] * len(items) if trace_contexts is None else [_trace(each, current) for each in trace_contexts]
     jobs = []
-    for (data, deduplication_id, request_id), tenant_key in zip(items, keys, strict=True):
+    for (data, deduplication_id, request_id), tenant_key, trace in zip(items, keys, traces, strict=True):
         encoded = job_cls.encode_data(data)
         jobs.append(
             EncodedJob(
@@ -124,9 +134,14 @@ def encode_jobs(
                 request_id=request_id_for_job(request_id),
                 tenant_key=tenant_key if tenant_key is not None else job_cls.tenant_of(encoded),
                 fair=fair,
+                trace_context=trace,
             )
         )
     return jobs
+
+
+def _trace(choice: JobTraceContext, current: str | None) -> str | None:
+    return current if choice is CURRENT_TRACE else choice
 
 
 def job_kwargs(job: EncodedJob) -> dict[str, Any]:
@@ -134,4 +149,6 @@ def job_kwargs(job: EncodedJob) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"retry_limit": job.retry_limit}
     if job.request_id:
         kwargs["request_id"] = job.request_id
+    if job.trace_context:
+        kwargs["trace_context"] = job.trace_context
     return kwargs

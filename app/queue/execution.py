@@ -18,6 +18,7 @@ import msgspec
 import structlog
 from arq import Retry
 
+from app.core import tracing
 from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
@@ -46,10 +47,19 @@ def _describe_tries(context: JobContext) -> str:
 
 
 async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *, may_retry: bool = True) -> None:
-    """Run one try; raise ``arq.Retry`` to retry, or the job's error when the failure is final."""
-    name = job_cls.name()
-    with structlog.contextvars.bound_contextvars(
-        job_name=name, job_id=context.job_id, queue=str(context.queue_name), attempt=context.attempt
+    """Run one try; raise ``arq.Retry`` to retry, or the job's error when the failure is final.
+
+    With tracing on, the try is a span named after the job's class, in the trace it was queued in.
+    """
+    name, queue = job_cls.name(), str(context.queue_name)
+    attempt = tracing.job_attempt(
+        name, queue=queue, job_id=context.job_id, attempt=context.attempt, trace_context=context.trace_context
+    )
+    with (
+        attempt,
+        structlog.contextvars.bound_contextvars(
+            job_name=name, job_id=context.job_id, queue=queue, attempt=context.attempt
+        ),
     ):
         started = time.perf_counter()
         logger.info("Job %s started (%s).", name, _describe_tries(context))

@@ -65,6 +65,8 @@ class JobContext:
     attempt: int
     retry_limit: int
     queue_name: str
+    trace_context: str | None = None
+    """The trace it continues (tracing on): the one it was queued in, or its inbox event's."""
 
 
 def _value(value: Any, settings: Settings) -> Any:

@@ -62,4 +62,6 @@ class JobOutbox(Base):
     # Whose work it is, and whether the relay places it by its tenant's turn (asked for now) or at ``run_at``.
     tenant_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     fair: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"), default=False)
+    # The trace the job continues (tracing on: W3C headers as JSON), as ``add`` would have queued it.
+    trace_context: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())

@@ -68,6 +68,7 @@ def stage(session: AsyncSession, job: EncodedJob) -> None:
         request_id=job.request_id,
         tenant_key=job.tenant_key,
         fair=job.fair,
+        trace_context=job.trace_context,
     )
     session.add(row)
     session.info.setdefault(_STAGED, []).append(row)
@@ -145,6 +146,7 @@ def _encoded(row: Row[Any]) -> EncodedJob:
         request_id=row.request_id,
         tenant_key=row.tenant_key,
         fair=row.fair,
+        trace_context=row.trace_context,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from app.core.db import Database
 from app.core.request_context import CURRENT_REQUEST, JobRequestId, bound_request_id
 from app.core.resources import JobState
 from app.core.settings import Settings
+from app.core.tracing import CURRENT_TRACE, JobTraceContext
 from app.queue.encoded import EncodedJob, encode_job, namespaced
 from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
@@ -52,6 +54,7 @@ class SyncQueue:
         session: AsyncSession | None = None,
         request_id: JobRequestId = CURRENT_REQUEST,
         tenant_key: str | None = None,
+        trace_context: JobTraceContext = CURRENT_TRACE,
     ) -> str | None:
         job = encode_job(
             self.settings,
@@ -62,6 +65,7 @@ class SyncQueue:
             deduplication_id=deduplication_id,
             request_id=request_id,
             tenant_key=tenant_key,
+            trace_context=trace_context,
         )
         if session is not None:
             self._classes.setdefault(job.name, job_cls)
@@ -76,12 +80,16 @@ class SyncQueue:
         *,
         request_ids: Sequence[str | None] | None = None,
         tenant_keys: Sequence[str | None] | None = None,
+        trace_contexts: Sequence[str | None] | None = None,
     ) -> list[str | None]:
         ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
         keys: Sequence[str | None] = [None] * len(items) if tenant_keys is None else tenant_keys
+        traces: Sequence[JobTraceContext] = [CURRENT_TRACE] * len(items) if trace_contexts is None else trace_contexts
         return [
-            await self.add(job_cls, data, deduplication_id=dedup, request_id=request_id, tenant_key=key)
-            for (data, dedup), request_id, key in zip(items, ids, keys, strict=True)
+            await self.add(
+                job_cls, data, deduplication_id=dedup, request_id=request_id, tenant_key=key, trace_context=trace
+            )
+            for (data, dedup), request_id, key, trace in zip(items, ids, keys, traces, strict=True)
         ]
 
     async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
@@ -104,7 +112,9 @@ class SyncQueue:
         if job.job_id in self._running:
             return None
         envelope = deserialize(serialize({"a": [job.data]}))
-        context = self._context(job.job_id, job.retry_limit, job_cls.queue)
+        context = dataclasses.replace(
+            self._context(job.job_id, job.retry_limit, job_cls.queue), trace_context=job.trace_context
+        )
         self._running.add(job.job_id)
         try:
             with bound_request_id(job.request_id):  # as the arq worker binds it

@@ -25,6 +25,7 @@ from app.core.metrics import EVENTS_BACKFILLED, child
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import report_message
+from app.core.tracing import current_trace_context
 from app.webhooks.event_source import EventSource, ListedEvent
 from app.webhooks.handlers import StoredKeys, stored_keys
 from app.webhooks.inbox import Inbox
@@ -109,7 +110,13 @@ async def _store(
     text = encode_for_inbox(verified.payload, raw, nul_replaced=verified.nul_replaced)
     key = await keys(resources, verified.event_type, verified.payload)
     stored = await Inbox(resources.db).store(
-        provider, verified.event_id, verified.event_type, text, tenant_key=key.tenant, sync_subject=key.subject
+        provider,
+        verified.event_id,
+        verified.event_type,
+        text,
+        tenant_key=key.tenant,
+        sync_subject=key.subject,
+        trace_context=current_trace_context(),  # the backfill's run: the event's story starts there
     )
     if stored.outcome != "inserted":  # delivered meanwhile
         report.already += 1

@@ -22,6 +22,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core import tracing
 from app.core.commands import plural
 from app.core.db import Database
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, EVENTS_SET_ASIDE, PIPELINE_SECONDS, child
@@ -40,8 +41,13 @@ async def newest_covered(db: Database, subject: str, read_began: datetime) -> da
 
 
 async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> Processed:
-    """In the sync's transaction: every event of ``subject`` that arrived by ``read_began`` is processed."""
-    return await Inbox.mark_covered(session, subject, read_began)
+    """In the sync's transaction: every event of ``subject`` that arrived by ``read_began`` is processed.
+
+    The sync's span (tracing on) is linked to the trace of each event it covers.
+    """
+    marked = await Inbox.mark_covered(session, subject, read_began)
+    tracing.link_traces(trace_context for *_, trace_context in marked)
+    return [(provider, took) for provider, took, _ in marked]
 
 
 def count_processed(processed: Processed) -> None:

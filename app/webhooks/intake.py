@@ -18,6 +18,7 @@ from app.core.metrics import DELIVERIES, child
 from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.request_context import current_request_id
 from app.core.resources import Resources
+from app.core.tracing import current_trace_context
 from app.webhooks.client_ip import rate_limit_key
 from app.webhooks.guards import VerifiedDelivery
 from app.webhooks.handlers import StoredKeys
@@ -97,6 +98,7 @@ class WebhookIntake:
                 request_id=current_request_id(),
                 tenant_key=keys.tenant,
                 sync_subject=keys.subject,
+                trace_context=current_trace_context(),
                 normalized=partial(normalized_for_inbox, event.payload),
             )
         except Exception as exc:

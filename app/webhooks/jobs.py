@@ -10,7 +10,7 @@ its tenant's turn (the row's ``tenant_key``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import msgspec
@@ -89,11 +89,15 @@ async def queue_processing(
 
 
 async def queue_processing_many(
-    queue: MessageQueue, rows: Iterable[tuple[str, int, str | None, str | None]]
+    queue: MessageQueue,
+    rows: Iterable[tuple[str, int, str | None, str | None]],
+    *,
+    trace_contexts: Mapping[int, str | None] | None = None,
 ) -> list[bool]:
     """``queue_processing`` for a page of rows, (provider, row id, tenant key, request id), one round trip each
-    provider (the recovery cron)."""
+    provider (the recovery cron). ``trace_contexts``: row id -> the row's, which its job continues (tracing on)."""
     rows = list(rows)
+    traces = trace_contexts or {}
     queued: dict[int, bool] = {}
     for provider in dict.fromkeys(provider for provider, *_ in rows):
         mine = [row for row in rows if row[0] == provider]
@@ -103,6 +107,7 @@ async def queue_processing_many(
             items,
             request_ids=[request_id for *_, request_id in mine],
             tenant_keys=[tenant_key for _, _, tenant_key, _ in mine],
+            trace_contexts=[traces.get(row_id) for _, row_id, _, _ in mine] if trace_contexts is not None else None,
         )
         queued.update({row[1]: job_id is not None for row, job_id in zip(mine, ids, strict=True)})
     return [queued[row_id] for _, row_id, _, _ in rows]

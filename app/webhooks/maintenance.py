@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from app.core import tracing
 from app.core.resources import Resources
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.inbox import Inbox
@@ -62,7 +63,8 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
 
 async def _queue_again(resources: Resources, rows: list[Any], report: RecoveryReport) -> None:
     due = [(row["provider"], row["id"], row["tenant_key"], row["request_id"]) for row in rows]
-    queued = await queue_processing_many(resources.queue, due)  # one round trip per provider
+    traces = {row["id"]: row["trace_context"] for row in rows}  # each job continues its delivery's trace
+    queued = await queue_processing_many(resources.queue, due, trace_contexts=traces)  # one round trip per provider
     report.requeued += sum(queued)
     report.already_queued += len(queued) - sum(queued)
 
@@ -92,9 +94,14 @@ async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> l
     reopened = await Inbox(resources.db).reopen(row_id)
     for row in reopened:
         try:
-            await queue_processing(
-                resources.queue, row["provider"], row["id"], tenant_key=row["tenant_key"], request_id=row["request_id"]
-            )
+            with tracing.resumed(row["trace_context"], "reopen webhook event"):  # queued in the delivery's trace
+                await queue_processing(
+                    resources.queue,
+                    row["provider"],
+                    row["id"],
+                    tenant_key=row["tenant_key"],
+                    request_id=row["request_id"],
+                )
         except Exception as exc:  # reopened anyway: the recovery cron queues it
             logger.warning("Reopened row %s but could not queue it now (%s).", row["id"], exc)
     return [row["id"] for row in reopened]

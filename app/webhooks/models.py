@@ -60,3 +60,5 @@ class WebhookEvent(Base):
     tenant_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     # What a sync reads back to cover it (``customer:cus_...``): set for synced events (Stripe's) only.
     sync_subject: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The trace of the delivery that stored it (tracing on: W3C headers as JSON): its attempts are spans of it.
+    trace_context: Mapped[str | None] = mapped_column(Text, nullable=True)

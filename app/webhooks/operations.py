@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.core import tracing
 from app.core.commands import plural
 from app.core.resources import Resources
 from app.webhooks.handlers import SyncedEvents, find_handler
@@ -36,8 +37,13 @@ async def find_one(resources: Resources, identifier: str, provider: str | None =
 
 
 async def retry(resources: Resources, identifier: str, provider: str | None = None) -> Outcome:
-    """Queue one unprocessed event now; a set-aside one is reopened first."""
+    """Queue one unprocessed event now; a set-aside one is reopened first. Its run continues the delivery's trace."""
     event = await find_one(resources, identifier, provider)
+    with tracing.resumed(event.trace_context, "retry webhook event"):
+        return await _retry(resources, event)
+
+
+async def _retry(resources: Resources, event: EventRecord) -> Outcome:
     name = f"{event.provider} event {event.event_id} (row {event.id})"
     if event.processed_at is not None:
         raise OperatorError(f"Event {event.event_id} is already processed: replay it instead.")

@@ -40,6 +40,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.core import tracing
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, PIPELINE_SECONDS, child
 from app.core.request_context import bound_request_id
 from app.core.resources import Resources
@@ -106,6 +107,7 @@ async def _ask_for_sync(resources: Resources, handling: SyncedEvents, row_id: in
         await inbox.set_subject(row_id, subject)
     if subject is None:
         return False
+    _about(row.trace_context, row.provider, row_id, row.type, row.tenant_key)
     with bound_request_id(row.request_id):
         await handling.sync(resources, subject, row.received_at, row.request_id)
     return True
@@ -128,6 +130,7 @@ class _Attempt:
             logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", self.row_id)
             await self._bookkeeping(Inbox.unlock(self.driver, self.row_id), unlocks=True)
             return
+        _about(claim["trace_context"], self.provider, self.row_id, claim["type"], claim["tenant_key"])
         with bound_request_id(claim["request_id"]):  # the delivery's: a re-queued event's job came without it
             await self._attempt(claim)
 
@@ -224,6 +227,14 @@ class _Attempt:
             raise
         if unlocks:
             self.locked = False
+
+
+def _about(trace_context: str | None, provider: str, row_id: int, event_type: str, tenant: str | None) -> None:
+    """The attempt's span (tracing on) says which event it is for, and links the delivery's trace if it runs in
+    another (a replay's, a job queued before the trace was kept)."""
+    if tracing.is_on():
+        about: dict[str, str | int | None] = {"webhook.provider": provider, "webhook.inbox_id": row_id}
+        tracing.annotate({**about, "webhook.event_type": event_type, "webhook.tenant": tenant}, linked=trace_context)
 
 
 def _event(claim: Any) -> WebhookEvent:

@@ -68,7 +68,12 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
     tries = GivenBackTries(resources.redis, resources.settings.redis_namespace)
 
     async def run(
-        ctx: dict[str, Any], name: str, raw: Any, retry_limit: int | None = None, request_id: str | None = None
+        ctx: dict[str, Any],
+        name: str,
+        raw: Any,
+        retry_limit: int | None = None,
+        request_id: str | None = None,
+        trace_context: str | None = None,
     ) -> None:
         job_cls = jobs.get(name)
         if job_cls is None:
@@ -78,7 +83,7 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
         job_id, given_back = ctx["job_id"], 0
         if ctx["job_try"] > 1:
             given_back = await tries.count(job_id)
-        context = JobContext(resources, job_id, max(1, ctx["job_try"] - given_back), limit, queue)
+        context = JobContext(resources, job_id, max(1, ctx["job_try"] - given_back), limit, queue, trace_context)
         with bound_request_id(request_id):
             try:
                 await run_attempt(context, job_cls, raw)

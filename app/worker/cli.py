@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import click
 import uvloop
 
+from app.core import tracing
 from app.core.errors import exit_on_settings_error
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
@@ -55,6 +56,7 @@ def run_worker(
         settings = get_settings()
         configure_logging(settings)
         init_sentry(settings, "worker")
+        tracing.start(settings, "worker")
         registry = JobRegistry.from_modules([*WORKER_MODULES, *extra_modules], elsewhere=all_modules())
         served = select_queues(registry, queues)
         resources = open_resources(settings, registry.modules, pool_size=max(10, settings.worker_max_jobs))
@@ -64,11 +66,15 @@ def run_worker(
             process = WorkerProcess(
                 resources, registry, served, all_queues=not queues.strip(), burst=burst, clock=clock
             )
-            return await process.run()
+            with tracing.quiet():  # polling and relay rounds make no spans; each job's attempt does
+                return await process.run()
         finally:
             await resources.close()
 
-    return uvloop.run(main())  # the event loop uvicorn runs the API on: less CPU per socket read and write
+    try:
+        return uvloop.run(main())  # the event loop uvicorn runs the API on: less CPU per socket read and write
+    finally:
+        tracing.shutdown()  # a stopped worker (SIGTERM) exports the spans of the jobs it finished
 
 
 @click.command("run")

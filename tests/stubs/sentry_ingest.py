@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.stubs.post_server import Answer, PostServer
 
 
 class SentryIngestStub:
@@ -25,37 +25,22 @@ class SentryIngestStub:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # notified on each envelope: wait_for wakes at once
         self._arrivals = 0
-        stub = self
+        self._server = PostServer(self._receive)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                stub._ingest(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        # shutdown() waits for the server loop's next poll: 0.5 s by default, at the end of every test using it.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+    def _receive(self, _: str, body: bytes) -> Answer:
+        self._ingest(body)
+        return 200, "application/json", b"{}"
 
     @property
     def dsn(self) -> str:
-        return f"http://public@127.0.0.1:{self._server.server_address[1]}/1"
+        return f"http://public@127.0.0.1:{self._server.port}/1"
 
     def start(self) -> SentryIngestStub:
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
     def _ingest(self, body: bytes) -> None:
         with self._lock:

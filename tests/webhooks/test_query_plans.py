@@ -57,5 +57,5 @@ async def test_statements_on_one_pending_row_use_the_primary_key(
 async def test_storing_a_redelivery_uses_the_unique_key_not_the_set_aside_rows(resources: Resources) -> None:
     async with driver_connection(resources.db) as connection:
         await _fill(connection, abandoned=True)
-        plan = await _plan(connection, _STORE, "stripe", "evt_plan_7", "invoice.paid", "{}", None, None, None)
+        plan = await _plan(connection, _STORE, "stripe", "evt_plan_7", "invoice.paid", "{}", None, None, None, None)
     assert "uq_webhook_event_provider_event_id" in plan and "ix_webhook_event_abandoned" not in plan, plan

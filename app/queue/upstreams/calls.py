@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from app.core.metrics import UPSTREAM_CALLS, UPSTREAM_WAIT, child
 from app.core.resources import Resources
 from app.core.sentry import report_message
+from app.core.tracing import traced_wait
 from app.queue.errors import HTTPStatusError, PermanentError, RetryLater
 from app.queue.upstreams.declaration import Upstream, declared_upstreams
 from app.queue.upstreams.gate import GateStatus, Passage, Recorded, UpstreamGate
@@ -117,17 +118,18 @@ class UpstreamCalls:
                 "`upstreams list`, /ops and the metrics do not show it. Add it to its module's MODULE.",
                 self.name,
             )
-        if turn is None:
-            await self.check(subject)
         token = secrets.token_hex(8)
         started = time.monotonic()
-        await (turn.call() if turn is not None else self.budget.acquire())
-        await self.budget.admit()
-        passage = await self._enter(subject, token)
-        if passage.verdict == "probe" and self.health is not None:
-            await self._probe(token)  # its health is the probe: UpstreamHeld while it fails
-            token = secrets.token_hex(8)
+        with traced_wait(f"{self.name} budget"):  # a span of its own (tracing on): where a slow job's time went
+            if turn is None:
+                await self.check(subject)
+            await (turn.call() if turn is not None else self.budget.acquire())
+            await self.budget.admit()
             passage = await self._enter(subject, token)
+            if passage.verdict == "probe" and self.health is not None:
+                await self._probe(token)  # its health is the probe: UpstreamHeld while it fails
+                token = secrets.token_hex(8)
+                passage = await self._enter(subject, token)
         call = Call(self.name, time.monotonic() - started, passage.verdict == "probe")
         child(UPSTREAM_WAIT, self.name).observe(call.waited)
         try:

@@ -19,6 +19,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database, driver_connection
+from app.core.tracing import trace_id_of
 from app.webhooks.inbox import sql
 
 Outcome = Literal["inserted", "reopened", "existing"]
@@ -50,6 +51,8 @@ class PeekedEvent:
     sync_subject: str | None
     received_at: datetime
     request_id: str | None
+    tenant_key: str | None
+    trace_context: str | None
     done: bool
     payload: str | None  # only when the row has no subject yet (stored before subjects were kept)
 
@@ -73,7 +76,13 @@ class EventRecord:
     sync_subject: str | None = None
     related_object: str | None = None
     """A thin event's (Stripe's ``v2.core.event``): the object it is about, ``type id`` (``subscription sub_1``)."""
+    trace_context: str | None = None
     payload: str | None = None
+
+    @property
+    def trace_id(self) -> str | None:
+        """The trace of the delivery that stored it (tracing on), to search a tracing backend with."""
+        return trace_id_of(self.trace_context)
 
     @property
     def state(self) -> State:
@@ -103,16 +112,18 @@ class Inbox:
         request_id: str | None = None,
         tenant_key: str | None = None,
         sync_subject: str | None = None,
+        trace_context: str | None = None,
         normalized: Callable[[], str] | None = None,
     ) -> StoredEvent:
         """Insert the event once per (provider, event id), committed before this returns.
 
         ``request_id``: the delivery's (``X-Request-Id``), kept with the row so its processing logs the same id.
         ``tenant_key`` and ``sync_subject``: the event's keys (``EventKeys``), decided by its handling module.
+        ``trace_context``: the delivery's trace (tracing on), which the event's attempts continue.
         ``normalized``: the payload re-encoded, stored instead when Postgres refuses ``payload`` as ``jsonb`` (a
         number beyond ``numeric``'s range in a body stored as received).
         """
-        args = [provider, event_id, event_type, payload, request_id, tenant_key, sync_subject]
+        args = [provider, event_id, event_type, payload, request_id, tenant_key, sync_subject, trace_context]
         async with driver_connection(self.db) as connection:
             for _ in range(2):
                 try:
@@ -196,10 +207,13 @@ class Inbox:
         return newest
 
     @staticmethod
-    async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> list[tuple[str, float | None]]:
-        """In the sync's transaction: its events processed with what it wrote; (provider, pipeline seconds) each."""
+    async def mark_covered(
+        session: AsyncSession, subject: str, read_began: datetime
+    ) -> list[tuple[str, float | None, str | None]]:
+        """In the sync's transaction: its events processed with what it wrote; (provider, pipeline seconds, trace
+        context) each."""
         rows = (await session.execute(sql.MARK_COVERED, {"subject": subject, "read_began": read_began})).all()
-        return [(row.provider, None if row.took is None else float(row.took)) for row in rows]
+        return [(row.provider, None if row.took is None else float(row.took), row.trace_context) for row in rows]
 
     async def record_covered_failure(self, subject: str, read_began: datetime, error: str) -> list[int]:
         """A failed sync counts an attempt of each event it covers; their attempts now."""
@@ -240,7 +254,7 @@ class Inbox:
 
     async def reopen(self, row_id: int | None = None) -> list[Any]:
         """Give set-aside events (or the one) their attempts back; the reopened rows (id, provider, request id, tenant
-        key)."""
+        key, trace context)."""
         async with driver_connection(self.db) as connection:
             return list(await connection.fetch(sql.REOPEN, row_id))
 

@@ -19,8 +19,8 @@ LOCK_BASE = 0x5745 << 48
 # for it); or report the existing row.
 STORE = """
 WITH inserted AS (
-    INSERT INTO webhook_event (provider, event_id, type, payload, request_id, tenant_key, sync_subject)
-    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
+    INSERT INTO webhook_event (provider, event_id, type, payload, request_id, tenant_key, sync_subject, trace_context)
+    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
     ON CONFLICT (provider, event_id) DO NOTHING
     RETURNING id, request_id, tenant_key
 ), reopened AS (
@@ -56,7 +56,7 @@ counted AS (
       AND coalesce(webhook_event.processed_at, webhook_event.abandoned_at) IS NULL
     RETURNING webhook_event.id, webhook_event.provider, webhook_event.event_id, webhook_event.type,
               webhook_event.payload::text AS payload, webhook_event.received_at, webhook_event.attempts,
-              webhook_event.last_error, webhook_event.request_id
+              webhook_event.last_error, webhook_event.request_id, webhook_event.tenant_key, webhook_event.trace_context
 )
 SELECT lock.got, counted.* FROM lock LEFT JOIN counted ON true LEFT JOIN held ON true
 """
@@ -93,7 +93,7 @@ UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
 # An event whose job asks for a sync: no lock, no attempt (the sync counts attempts); the payload only when the
 # row predates sync subjects (its subject is then worked out from it).
 PEEK = """
-SELECT id, provider, type, sync_subject, received_at, request_id,
+SELECT id, provider, type, sync_subject, received_at, request_id, tenant_key, trace_context,
        coalesce(processed_at, abandoned_at) IS NOT NULL AS done,
        CASE WHEN sync_subject IS NULL THEN payload::text END AS payload
 FROM webhook_event WHERE id = $1
@@ -109,7 +109,8 @@ MARK_COVERED = text(
     """
 UPDATE webhook_event SET processed_at = now(), last_error = NULL, attempts = attempts + 1
 WHERE sync_subject = :subject AND received_at <= :read_began AND processed_at IS NULL AND abandoned_at IS NULL
-RETURNING provider, CASE WHEN replayed_at IS NULL THEN extract(epoch FROM processed_at - received_at) END AS took
+RETURNING provider, CASE WHEN replayed_at IS NULL THEN extract(epoch FROM processed_at - received_at) END AS took,
+          trace_context
 """
 )
 RECORD_COVERED_FAILURE = f"""
@@ -124,7 +125,8 @@ RETURNING id, provider, event_id, type, attempts, last_error
 # --- Crons ---------------------------------------------------------------------------------------------
 # Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
 PENDING_PAGE = """
-SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id, tenant_key, sync_subject
+SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id, tenant_key, sync_subject,
+       trace_context
 FROM webhook_event
 WHERE processed_at IS NULL AND abandoned_at IS NULL AND received_at < $1
   AND received_at >= $2 AND (received_at > $2 OR id > $3)
@@ -150,7 +152,7 @@ DELETE FROM webhook_event WHERE id IN (
 REOPEN = """
 UPDATE webhook_event SET abandoned_at = NULL, attempts = 0
 WHERE abandoned_at IS NOT NULL AND processed_at IS NULL AND ($1::bigint IS NULL OR id = $1)
-RETURNING id, provider, request_id, tenant_key
+RETURNING id, provider, request_id, tenant_key, trace_context
 """
 
 # --- Operators (CLI, operations page) --------------------------------------------------------------------
@@ -161,7 +163,7 @@ _RELATED_OBJECT = (
 )
 _RECORD = (
     "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at, request_id, "
-    f"replayed_at, tenant_key, sync_subject, {_RELATED_OBJECT}"
+    f"replayed_at, tenant_key, sync_subject, trace_context, {_RELATED_OBJECT}"
 )
 STATE_CONDITIONS = {
     "pending": "processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0",

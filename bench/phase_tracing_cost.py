@@ -1,0 +1,38 @@
+"""Phase 9, tracing_cost: what traces cost the intake and a worker, every span exported.
+
+The same API, and the same worker, run twice: with tracing on
+(``OTEL_EXPORTER_OTLP_ENDPOINT`` at an OTLP/HTTP endpoint on loopback in the
+harness, ``bench/otlp_sink.py``; ``OTEL_TRACES_SAMPLER=always_on``: every
+request's and every job's spans, their SQL and Redis included, encoded and
+sent), and as shipped, with no endpoint (tracing off: nothing of OpenTelemetry
+imported). Intake rounds alternate between the two APIs; Clerk backlogs are
+drained by one worker of each kind in turn (``bench/paired.py``). Medians land
+in ``Run.results``: the intake's requests per second and the worker's CPU per
+Clerk event, each on and off, and their costs ``tracing_intake_cost`` and
+``tracing_worker_cost``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bench.otlp_sink import OtlpSink
+from bench.paired import Kind, paired_drains, paired_intake, record_intake, record_worker
+
+if TYPE_CHECKING:
+    from bench.harness import Run
+
+
+def tracing_env(sink: OtlpSink) -> dict[str, str]:
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint, "OTEL_TRACES_SAMPLER": "always_on"}
+
+
+async def tracing_cost(run: Run) -> None:
+    with OtlpSink() as sink:
+        kinds = {"on": Kind(env=tracing_env(sink)), "off": Kind()}
+        record_intake(run, "tracing", await paired_intake(run, "tracing", kinds, run.mode.tracing_intake_rounds))
+        drains = await paired_drains(run, "tracing", run.mode.tracing_drains, kinds)
+        record_worker(run, "tracing", drains, "tracing_worker_cost")
+    run.results["tracing_exported_mb"] = sink.bytes / 2**20
+    if not sink.exports:
+        run.notes.append("tracing cost: the traced processes exported nothing: the figures measure no tracing")
