@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.billing.events_api import StripeEventSource
-from app.billing.sync import request_sync
+from app.billing.sync import preview_sync, request_sync
 from app.webhooks.handlers import SyncedEvents
 
 MAX_ID_CHARS = 200
@@ -66,5 +66,9 @@ _SUBJECTS = {
 _SYNCED = SyncedEvents(_SUBJECTS, sync=request_sync, tenant_key=stripe_tenant)
 # With the Events API as its backfill source (only the types handled are asked for).
 STRIPE_EVENTS = SyncedEvents(
-    _SUBJECTS, sync=request_sync, tenant_key=stripe_tenant, backfill=StripeEventSource(_SYNCED.handles)
+    _SUBJECTS,
+    sync=request_sync,
+    tenant_key=stripe_tenant,
+    backfill=StripeEventSource(_SYNCED.handles),
+    preview=preview_sync,
 )

@@ -5,7 +5,8 @@ from app.identity.cli import identity_group
 from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
 from app.identity.jobs import ApplyWorkspaceMemberLimitJob
-from app.identity.models import AppUser, Workspace, WorkspaceMember
+from app.identity.journal import delete_old_changes
+from app.identity.models import AppUser, Workspace, WorkspaceChange, WorkspaceMember
 
 MODULE = FeatureModule(
     name="identity",
@@ -13,5 +14,6 @@ MODULE = FeatureModule(
     crons=[IdentityReconcileCronJob],
     cli_groups=[identity_group],
     webhook_handlers={"clerk": CLERK_EVENTS},
-    models=[Workspace, AppUser, WorkspaceMember],
+    retention={"workspace change journal row": delete_old_changes},
+    models=[Workspace, AppUser, WorkspaceMember, WorkspaceChange],
 )

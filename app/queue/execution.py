@@ -18,6 +18,7 @@ import msgspec
 import structlog
 from arq import Retry
 
+from app.core.journal import caused_by
 from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
@@ -47,8 +48,11 @@ def _describe_tries(context: JobContext) -> str:
 async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *, may_retry: bool = True) -> None:
     """Run one try; raise ``arq.Retry`` to retry, or the job's error when the failure is final."""
     name = job_cls.name()
-    with structlog.contextvars.bound_contextvars(
-        job_name=name, job_id=context.job_id, queue=str(context.queue_name), attempt=context.attempt
+    with (
+        structlog.contextvars.bound_contextvars(
+            job_name=name, job_id=context.job_id, queue=str(context.queue_name), attempt=context.attempt
+        ),
+        caused_by(name),  # the change journal's cause of what the job writes
     ):
         started = time.perf_counter()
         logger.info("Job %s started (%s).", name, _describe_tries(context))

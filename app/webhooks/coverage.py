@@ -4,8 +4,8 @@ A sync of a subject (billing's Stripe reads) covers the events of that subject
 that arrived by the time its read began. It asks here, never writing
 ``webhook_event`` itself:
 
-- :func:`covered_count`: whether it covers any (a sync with nothing to cover
-  skips its read);
+- :func:`covered`: whether it covers any (a sync with nothing to cover skips
+  its read), and the last of them stored: the cause its journal rows name;
 - :func:`mark_covered`: in the sync's own transaction, with what it wrote,
   they are processed; :func:`count_processed` counts them after the commit;
 - :func:`fail_covered`: a transient failure counts an attempt of each (so the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,8 +34,16 @@ Processed = Sequence[tuple[str, float | None]]
 """(provider, seconds from arrival to processing; None for a replay) of each event a sync marked."""
 
 
-async def covered_count(db: Database, subject: str, read_began: datetime) -> int:
-    return await Inbox(db).covered_count(subject, read_began)
+@dataclass(frozen=True)
+class Covered:
+    count: int
+    newest: int | None
+    """The inbox row id of the last event stored among them: what the sync's changes are journaled as caused by
+    (the read found the state that event, and every one before it, announced)."""
+
+
+async def covered(db: Database, subject: str, read_began: datetime) -> Covered:
+    return Covered(*await Inbox(db).covered(subject, read_began))
 
 
 async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> Processed:

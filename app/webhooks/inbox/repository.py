@@ -186,10 +186,11 @@ class Inbox:
         async with driver_connection(self.db) as connection:
             await connection.execute(sql.SET_SUBJECT, row_id, subject)
 
-    async def covered_count(self, subject: str, read_began: datetime) -> int:
-        """How many events a sync of ``subject`` whose read began at ``read_began`` covers."""
+    async def covered(self, subject: str, read_began: datetime) -> tuple[int, int | None]:
+        """How many events a sync of ``subject`` whose read began at ``read_began`` covers, and the last stored."""
         async with driver_connection(self.db) as connection:
-            return int(await connection.fetchval(sql.COVERED_COUNT, subject, read_began))
+            row = await connection.fetchrow(sql.COVERED, subject, read_began)
+        return int(row["n"]), row["newest"]
 
     @staticmethod
     async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> list[tuple[str, float | None]]:

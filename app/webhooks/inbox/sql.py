@@ -102,7 +102,8 @@ SET_SUBJECT = "UPDATE webhook_event SET sync_subject = $2 WHERE id = $1 AND sync
 # The events a sync covers: its subject's, unprocessed, not set aside, arrived by the time its read began
 # (ix_webhook_event_sync_subject).
 _COVERED = "sync_subject = $1 AND received_at <= $2 AND processed_at IS NULL AND abandoned_at IS NULL"
-COVERED_COUNT = f"SELECT count(*) FROM webhook_event WHERE {_COVERED}"
+# How many, and the last of them stored: the cause the sync's journal rows name.
+COVERED = f"SELECT count(*) AS n, max(id) AS newest FROM webhook_event WHERE {_COVERED}"
 # In the sync's transaction, with what it wrote (the sync's read counts as an attempt of each): `took` as
 # MARK_PROCESSED_AND_UNLOCK's.
 MARK_COVERED = text(
