@@ -45,10 +45,16 @@ def _subject(kind: str, field: str) -> Callable[[Mapping[str, Any]], str | None]
     return subject
 
 
+def customer_tenant(customer_id: str) -> str:
+    """The tenant key of a Stripe customer's events (and so of its workspace's, in the inbox): the id itself."""
+    return customer_id
+
+
 def stripe_tenant(event_type: str, payload: Mapping[str, Any]) -> str | None:
     """The customer the event's object belongs to; an object that names none (a dispute, a refund): its charge."""
     obj = _object(payload)
-    return _link(obj, "customer") or _link(obj, "charge")
+    customer = _link(obj, "customer")
+    return customer_tenant(customer) if customer is not None else _link(obj, "charge")
 
 
 # The Stripe events billing handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores,

@@ -87,6 +87,10 @@ UPDATE billing_sync SET pending = pending OR ($3 AND generation = $2), in_flight
        due_at = CASE WHEN $3 AND generation = $2 THEN clock_timestamp() + make_interval(secs => $5) ELSE due_at END
 WHERE subject = $1 AND in_flight_generation = $2
 """
+_SYNC_STATE = """
+SELECT subject, generation, pending, in_flight_generation IS NOT NULL AS in_flight, due_at, read_began
+FROM billing_sync WHERE subject = $1
+"""
 _SYNC_DONE = text(
     "UPDATE billing_sync SET in_flight_generation = NULL, calls = :calls "
     "WHERE subject = :subject AND in_flight_generation = :generation"
@@ -107,6 +111,18 @@ class WantedSync:
     was lost: queue it again)."""
     calls: int
     """Stripe calls the subject's last sync made: the turn to reserve."""
+
+
+@dataclass(frozen=True)
+class SyncState:
+    """A subject's sync as operators see it: one waits for its turn (pending) or reads now (in flight)."""
+
+    subject: str
+    generation: int
+    pending: bool
+    in_flight: bool
+    due_at: datetime | None
+    read_began: datetime | None
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,11 @@ class BillingRepository:
     ) -> None:
         async with driver_connection(self.db) as connection:
             await connection.execute(_RELEASE_SYNC, subject, generation, again, calls, due_in)
+
+    async def sync_state(self, subject: str) -> SyncState | None:
+        async with driver_connection(self.db) as connection:
+            row = await connection.fetchrow(_SYNC_STATE, subject)
+        return SyncState(**dict(row)) if row is not None else None
 
     @staticmethod
     async def sync_done(session: AsyncSession, subject: str, generation: int, calls: int) -> None:

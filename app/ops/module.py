@@ -1,4 +1,4 @@
-"""The ops feature module: the API's /metrics (and, when OPS_PASSWORD is set, the /ops page)."""
+"""The ops feature module: the API's /metrics, the /ops page (when OPS_PASSWORD is set), ``workspaces timeline``."""
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -7,6 +7,7 @@ from litestar.types import ControllerRouterHandler
 
 from app.core.module import FeatureModule
 from app.core.resources import Resources
+from app.ops.cli import workspaces_group
 from app.ops.controllers import ops_routes
 from app.ops.deps import DEPENDENCIES
 from app.ops.metrics import metrics
@@ -22,5 +23,6 @@ MODULE = FeatureModule(
     route_handlers=[metrics],
     route_factory=_routes,
     dependencies=DEPENDENCIES,
+    cli_groups=[workspaces_group],
     template_dirs=[Path(__file__).parent / "templates"],
 )

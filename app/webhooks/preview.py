@@ -18,10 +18,13 @@ budget, as a command's do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from app.core.commands import plural
@@ -37,6 +40,7 @@ from app.webhooks.payload import PayloadError, decode_payload
 from app.webhooks.processing import describe_error
 
 logger = logging.getLogger(__name__)
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 
 
 @dataclass(frozen=True)
@@ -90,11 +94,14 @@ class Preview:
 
 
 def shown(value: Any) -> str:
-    """A journaled value as an operator reads it: JSON's null as ``none``, text as it is."""
+    """A journaled value as an operator reads it: JSON's null as ``none``, a time in UTC to the second, text as it is."""
     if value is None:
         return "none"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str) and _TIME.match(value):
+        with contextlib.suppress(ValueError):
+            return f"{datetime.fromisoformat(value).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
     return value if isinstance(value, str) else json.dumps(value)
 
 

@@ -245,13 +245,13 @@ class WorkspaceRepository(ClerkRows):
         row = (await self.session.execute(select(*_SUMMARY).where(Workspace.id == workspace_id))).first()
         return WorkspaceSummary(*row) if row is not None else None
 
-    async def find(self, query: str) -> list[WorkspaceSummary]:
-        """By row id, Clerk organization id or Stripe customer id (exactly), or a part of its name; by id."""
+    async def find(self, query: str, *, by_name: bool = True) -> list[WorkspaceSummary]:
+        """By row id, Clerk organization id or Stripe customer id (exactly), or (``by_name``) a part of its name."""
         query = query.strip()
         conditions = [Workspace.clerk_org_id == query, Workspace.stripe_customer_id == query]
         if query.isdigit() and len(query) <= _MAX_BIGINT_DIGITS:
             conditions.append(Workspace.id == int(query))
-        if query:
+        if query and by_name:
             pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             conditions.append(Workspace.name.ilike(pattern))
         statement = select(*_SUMMARY).where(or_(*conditions)).order_by(Workspace.id).limit(SEARCH_LIMIT)

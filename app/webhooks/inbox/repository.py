@@ -259,6 +259,20 @@ class Inbox:
             rows = await connection.fetch(statement, provider, event_type, event_id, limit, before_id, tenant_key)
         return [_record(row) for row in rows]
 
+    async def of_tenants(
+        self, tenant_keys: Sequence[str], before: tuple[datetime, int] | None, limit: int
+    ) -> list[EventRecord]:
+        """Every event of these tenants, newest first, older than ``before`` (received_at, id)."""
+        at, row_id = before if before is not None else (None, None)
+        async with driver_connection(self.db) as connection:
+            rows = await connection.fetch(sql.TENANTS_PAGE, list(tenant_keys), at, row_id, limit)
+        return [_record(row) for row in rows]
+
+    async def unprocessed_of_tenants(self, tenant_keys: Sequence[str], limit: int) -> list[EventRecord]:
+        """The events of these tenants still to process (pending or failed; not set aside), oldest first."""
+        async with driver_connection(self.db) as connection:
+            return [_record(row) for row in await connection.fetch(sql.TENANTS_UNPROCESSED, list(tenant_keys), limit)]
+
     async def find(self, identifier: str, provider: str | None = None) -> list[EventRecord]:
         """By row id or provider event id."""
         row_id = int(identifier) if identifier.isdigit() and len(identifier) < 19 else None

@@ -173,6 +173,27 @@ WHERE ($1::text IS NULL OR provider = $1) AND ($2::text IS NULL OR type = $2)
 ORDER BY id DESC
 LIMIT $4
 """
+# Every event of some tenants (a workspace's Stripe customer and Clerk organization), newest first, a page at a
+# time from before ($2, $3) = (received_at, id): one ordered read of ix_webhook_event_tenant_received per tenant,
+# whatever the inbox's size.
+TENANTS_PAGE = f"""
+SELECT e.* FROM unnest($1::text[]) AS tenant(key)
+CROSS JOIN LATERAL (
+    SELECT {_RECORD} FROM webhook_event
+    WHERE tenant_key = tenant.key AND ($2::timestamptz IS NULL OR (received_at, id) < ($2, $3::bigint))
+    ORDER BY received_at DESC, id DESC
+    LIMIT $4
+) AS e
+ORDER BY e.received_at DESC, e.id DESC
+LIMIT $4
+"""
+# The unprocessed events of some tenants (their jobs wait), oldest first, through ix_webhook_event_tenant.
+TENANTS_UNPROCESSED = f"""
+SELECT {_RECORD} FROM webhook_event
+WHERE tenant_key = ANY($1::text[]) AND processed_at IS NULL AND abandoned_at IS NULL
+ORDER BY received_at, id
+LIMIT $2
+"""
 FIND = f"""
 SELECT {_RECORD} FROM webhook_event
 WHERE (event_id = $1 OR id = $2) AND ($3::text IS NULL OR provider = $3)
