@@ -36,6 +36,8 @@ from app.queue.errors import QueueUnavailableError
 from app.webhooks.inbox import EventRecord, Inbox
 
 PAGE_SIZE = 50
+JOURNAL_READ = 4
+"""Journal rows read per entry of a page: most are shown beside their event and take no place of their own."""
 WAITING_EVENTS = 20
 _MAX_ID = 2**63 - 1
 Kind = Literal["change", "event"]
@@ -143,41 +145,64 @@ async def timeline(
     resources: Resources, workspace_id: int, cursor: Cursor | None = None, limit: int = PAGE_SIZE
 ) -> Timeline | None:
     """A page of the workspace's timeline, newest first; None when no workspace has that id."""
-    inbox = Inbox(resources.db)
     async with resources.db.session() as session:
         workspace = await WorkspaceRepository(session).get(workspace_id)
         if workspace is None:
             return None
         keys = tenant_keys(workspace)
         journal = JournalRepository(session)
-        events = await inbox.of_tenants(keys, cursor.events_before() if cursor else None, limit + 1) if keys else []
-        rows = await journal.page(workspace_id, cursor.changes_before() if cursor else None, limit + 1)
-        merged = sorted(
-            [(Cursor(e.received_at, 0, e.id), e) for e in events] + [(Cursor(r.at, 1, r.id), r) for r in rows],
-            key=lambda item: item[0],
-            reverse=True,
-        )
-        page = merged[:limit]
+        events = await Inbox(resources.db).of_tenants(keys, cursor.events_before() if cursor else None, limit + 1)
+        rows = await journal.page(workspace_id, cursor.changes_before() if cursor else None, JOURNAL_READ * limit)
+        beside = {event_cause(event.id) for event in events}
+        page, more = _cut(events, rows, beside, limit, rows_complete=len(rows) < JOURNAL_READ * limit)
         page_events = [item for _, item in page if isinstance(item, EventRecord)]
         caused = await journal.caused_by(
             workspace_id,
             [event_cause(event.id) for event in page_events],
             min((event.received_at for event in page_events), default=datetime.max),
         )
-    next_cursor = page[-1][0].text() if len(merged) > limit else None
-    return Timeline(workspace, _entries(page, caused), await _waiting(resources, workspace, keys), next_cursor)
+    next_cursor = page[-1][0].text() if more and page else None
+    return Timeline(workspace, _entries(page, caused, beside), await _waiting(resources, workspace, keys), next_cursor)
 
 
-def _entries(page: Sequence[tuple[Cursor, EventRecord | JournalRow]], caused: Sequence[JournalRow]) -> list[Entry]:
+def _cut(
+    events: Sequence[EventRecord], rows: Sequence[JournalRow], beside: set[str], limit: int, *, rows_complete: bool
+) -> tuple[list[tuple[Cursor, EventRecord | JournalRow]], bool]:
+    """The items of the page, newest first, and whether older ones follow.
+
+    A row caused by one of the events read is shown beside its event (on this page or the next), so it takes no
+    place of its own. The page ends after ``limit`` entries, or where one of the reads stopped short: past the
+    oldest item it returned, the other read may hold items it has not.
+    """
+    merged = sorted(
+        [(Cursor(e.received_at, 0, e.id), e) for e in events] + [(Cursor(r.at, 1, r.id), r) for r in rows],
+        key=lambda item: item[0],
+        reverse=True,
+    )
+    ends = [Cursor(events[-1].received_at, 0, events[-1].id)] if len(events) > limit else []
+    ends += [Cursor(rows[-1].at, 1, rows[-1].id)] if rows and not rows_complete else []
+    horizon = max(ends, default=None)
+    page: list[tuple[Cursor, EventRecord | JournalRow]] = []
+    shown = 0
+    for key, item in merged:
+        if shown == limit or (horizon is not None and key < horizon):
+            return page, True
+        page.append((key, item))
+        shown += isinstance(item, EventRecord) or item.source not in beside
+    return page, horizon is not None
+
+
+def _entries(
+    page: Sequence[tuple[Cursor, EventRecord | JournalRow]], caused: Sequence[JournalRow], beside: set[str]
+) -> list[Entry]:
     by_event: dict[str, list[JournalRow]] = {}
     for row in sorted(caused, key=lambda row: (row.at, row.id)):
         by_event.setdefault(row.source, []).append(row)
-    on_page = {event_cause(item.id) for _, item in page if isinstance(item, EventRecord)}
     entries: list[Entry] = []
     for _, item in page:
         if isinstance(item, EventRecord):
             entries.append(EventEntry(item, by_event.get(event_cause(item.id), [])))
-        elif item.source not in on_page:
+        elif item.source not in beside:
             last = entries[-1] if entries else None
             if isinstance(last, ChangeEntry) and (last.source, last.at) == (item.source, item.at):
                 last.changes.insert(0, item)  # the page is newest first; a group reads in writing order

@@ -94,7 +94,7 @@ class Preview:
 
 
 def shown(value: Any) -> str:
-    """A journaled value as an operator reads it: JSON's null as ``none``, a time in UTC to the second, text as it is."""
+    """A journaled value as an operator reads it: null as ``none``, a time in UTC to the second, text as it is."""
     if value is None:
         return "none"
     if isinstance(value, bool):
