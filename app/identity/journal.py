@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from sqlalchemy import event, inspect
+from sqlalchemy import ClauseElement, event, inspect
 from sqlalchemy.orm import Session, UOWTransaction
 
 from app.core.journal import JournalEntry, current_cause, note
@@ -46,6 +46,8 @@ class Journaled:
 
 def _json(value: Any) -> Any:
     """A column's value as the journal stores it: what Postgres' ``to_jsonb`` makes of it."""
+    if isinstance(value, ClauseElement):  # set to a SQL expression (func.now()): the database decides the value
+        return f"set by the database: {value}"
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, Decimal):
