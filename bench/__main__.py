@@ -25,13 +25,14 @@ from bench import (
     loadgen,
     phase_adapter,
     phase_crons,
-    phase_drain,
     phase_fairness,
     phase_intake,
     phase_isolation,
+    phase_journal,
     phase_metrics_cost,
     phase_pipeline,
     phase_stripe_backlog,
+    phase_timeline,
 )
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
 from bench.modes import MODES, Mode
@@ -40,13 +41,14 @@ from bench.report import json_line, table
 PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "intake": phase_intake.intake,
     "pipeline": phase_pipeline.pipeline,
-    "drain": phase_drain.drain,
+    "drain": phase_journal.drain,  # the drain phase, then the journal's cost to a Clerk worker
     "crons": phase_crons.crons,
     "adapter": phase_adapter.adapter,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
     "isolation": phase_isolation.isolation,
     "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,
+    "timeline": phase_timeline.timeline,
 }
 
 

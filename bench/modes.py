@@ -37,6 +37,13 @@ class Mode:
     # metrics_cost: intake rounds of each kind, and the order of its drains (a slow moment hits both kinds alike)
     metrics_intake_rounds: int = 3
     metrics_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
+    # journal cost (drain phase): the order of its drains, one worker each, with the journal and without
+    journal_drains: tuple[str, ...] = ("on", "off", "off", "on")
+    # timeline: the inbox's rows, the workspace's events and journal rows among them, the requests timed
+    timeline_inbox_rows: int = 200_000
+    timeline_workspace_events: int = 10_000
+    timeline_journal_rows: int = 10_000
+    timeline_requests: int = 50
 
 
 MODES = {
@@ -61,6 +68,11 @@ MODES = {
         adapter_rounds=1,
         metrics_intake_rounds=1,
         metrics_drains=("on", "off"),
+        journal_drains=("on", "off"),
+        timeline_inbox_rows=4_000,
+        timeline_workspace_events=400,
+        timeline_journal_rows=400,
+        timeline_requests=10,
     ),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
     "full": Mode(
@@ -78,5 +90,6 @@ MODES = {
         stripe_backlog_customers=1_000,
         isolation_flood=20_000,
         fairness_flood=20_000,
+        timeline_inbox_rows=1_000_000,
     ),
 }

@@ -16,13 +16,15 @@ customer that arrived before its read: a burst about one customer costs one
 read), the drain time over the time the budget needs for those calls (``calls /
 20`` s: how fully the fleet uses the budget; its first second is free, so a
 tiny backlog can score under 1), and the workers' CPU per event of the backlog.
-Every workspace must end as the stub has it.
+Every workspace must end as the stub has it. The backlog is then drained again
+by workers without the journal's writes (``bench/phase_journal.py``).
 """
 
 from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from app.testing.stripe_stub import StripeStub
 from bench.backlog import due_in, queue_events_due, until_due
 from bench.inbox import Stored, store_events
 from bench.measures import profiler
+from bench.phase_journal import WITHOUT_JOURNAL, stripe_journal_cost
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -95,6 +98,11 @@ async def stripe_backlog(run: Run) -> None:
     mode = run.mode
     with BacklogStripeStub() as stub:
         main = await _backlog(run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers)
+        # The same backlog again, its workers without the journal's writes: what the journal costs (phase_journal).
+        bare = await _backlog(
+            run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, launcher=WITHOUT_JOURNAL
+        )
+    stripe_journal_cost(run, main.worker_cpu_seconds / main.events * 1000, bare.worker_cpu_seconds / bare.events * 1000)
     run.results.update(
         stripe_backlog_429=main.rate_limited,
         stripe_backlog_reads_per_customer=main.calls_per_customer,
@@ -114,20 +122,20 @@ def stub_env(stub: StripeStub) -> dict[str, str]:
     return {"STRIPE_API_BASE": stub.base_url, "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND)}
 
 
-async def _backlog(run: Run, stub: StripeStub, events: int, customers: int) -> Drained:
+async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, launcher: Sequence[str] = ()) -> Drained:
     """Seed, start two workers, queue the backlog due at one instant, time from it until both queues are empty,
-    check; leaves no worker running."""
+    check; leaves no worker running. ``launcher``: what runs the workers (``bench.without_journal``)."""
     await run.stop_workers()  # an earlier phase's worker reads no Stripe stub: it must not take these events
     await run.reset_inbox()
     stub.reset()
     stub.enforce_rate_limit(STUB_LIMIT_PER_SECOND)
     expected, rows = await _seed(run, stub, events, customers, seed=events + customers)
-    managed = await run.start_workers(WORKERS, stub_env(stub), queues=STRIPE_QUEUES)
+    managed = await run.start_workers(WORKERS, stub_env(stub), launcher, queues=STRIPE_QUEUES)
     workers = [psutil.Process(worker.process.pid) for worker in managed]
     due = due_in(len(rows))
     await queue_events_due(run, rows, due)
     await until_due(due, ahead=0.1)
-    profile = profiler(run, "worker-stripe-backlog", managed[0], None)
+    profile = profiler(run, "worker-stripe-backlog" + ("-no-journal" if launcher else ""), managed[0], None)
     cpu_before = _cpu_seconds(workers)
     started = await until_due(due)
     ended = await run.wait_queue_empty(max(60.0, 3 * customers / BUDGET_PER_SECOND), STRIPE_QUEUES)

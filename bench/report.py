@@ -36,6 +36,8 @@ REQUIRED_KEYS = (
     "fairness_flood_drain_ratio",
     "metrics_intake_cost",
     "metrics_worker_cpu_cost",
+    "journal_worker_cost",
+    "timeline_p99_ms",
     "api_rss_mb",
     "worker_rss_mb",
 )

@@ -45,8 +45,14 @@ def _update_workspace(where: str, assignments: str) -> TextClause:
     )
 
 
-_SET_MEMBER_LIMIT = _update_workspace("t.member_limit <> :limit", "member_limit = :limit")
-_LINK_CUSTOMER = _update_workspace("true", "stripe_customer_id = :customer_id")
+@functools.cache
+def _set_member_limit_statement() -> TextClause:
+    return _update_workspace("t.member_limit <> :limit", "member_limit = :limit")
+
+
+@functools.cache
+def _link_customer_statement() -> TextClause:
+    return _update_workspace("true", "stripe_customer_id = :customer_id")
 
 
 @functools.cache
@@ -67,9 +73,12 @@ def _write_billing_statement(columns: tuple[str, ...]) -> TextClause:
 # It reads the members with its own snapshot, so the caller must hold the workspace's row lock from an earlier
 # statement: then it sees every change made under that lock (a restored member's stored suspension included,
 # which its journal row names).
-_APPLY_MEMBER_LIMIT = journaled(
-    "workspace_member",
-    """WITH seats AS (SELECT member_limit AS n FROM workspace WHERE id = :workspace_id),
+@functools.cache
+def apply_member_limit_statement() -> TextClause:
+    """Built on first use, as every statement here (so ``bench/without_journal.py`` can switch the journal off)."""
+    return journaled(
+        "workspace_member",
+        """WITH seats AS (SELECT member_limit AS n FROM workspace WHERE id = :workspace_id),
 nth AS (
     SELECT m.created_at, m.id FROM workspace_member m
     WHERE m.workspace_id = :workspace_id AND m.deleted_at IS NULL
@@ -98,8 +107,8 @@ restored AS (
               AS old_state
 ),
 written AS (SELECT * FROM suspended UNION ALL SELECT * FROM restored)""",
-    "SELECT id, restored, {journaled} FROM written",
-)
+        "SELECT id, restored, {journaled} FROM written",
+    )
 
 
 @dataclass(frozen=True)
@@ -166,14 +175,16 @@ class WorkspaceRepository(ClerkRows):
 
     async def set_member_limit(self, workspace_id: int, limit: int) -> bool:
         """Whether the limit changed (an equal one writes nothing)."""
-        return bool(await run(self.session, _SET_MEMBER_LIMIT, {"workspace_id": workspace_id, "limit": limit}))
+        return bool(
+            await run(self.session, _set_member_limit_statement(), {"workspace_id": workspace_id, "limit": limit})
+        )
 
     async def apply_member_limit(self, workspace_id: int) -> MemberLimitResult:
         """Suspend the active members past ``member_limit``, newest first; lift suspensions within it.
 
         The caller holds the workspace's row lock (:meth:`lock`).
         """
-        changed = await run(self.session, _APPLY_MEMBER_LIMIT, {"workspace_id": workspace_id})
+        changed = await run(self.session, apply_member_limit_statement(), {"workspace_id": workspace_id})
         return MemberLimitResult(
             suspended=sorted(row.id for row in changed if not row.restored),
             restored=sorted(row.id for row in changed if row.restored),
@@ -227,7 +238,7 @@ class WorkspaceRepository(ClerkRows):
         return bool(await run(self.session, statement, values))
 
     async def link_customer(self, workspace_id: int, customer_id: str) -> None:
-        await run(self.session, _LINK_CUSTOMER, {"workspace_id": workspace_id, "customer_id": customer_id})
+        await run(self.session, _link_customer_statement(), {"workspace_id": workspace_id, "customer_id": customer_id})
 
     async def linked(self, *, every: bool, stale_hours: int) -> list[tuple[int, str]]:
         """Linked workspaces (id, customer) not synced for ``stale_hours`` (or all of them), by id."""

@@ -1,0 +1,33 @@
+"""``python -m bench.without_journal MODULE [ARGS...]``: ``python -m MODULE ARGS...``, the journal's writes skipped.
+
+The reference of the journal's cost (phases ``drain`` and ``stripe_backlog``):
+the same worker with ``app.identity.repository.journal_sql.JOURNAL_WRITES``
+set to False before any statement is built, so identity's statements write
+their rows but no ``workspace_change`` row (they still read the stored row
+they diff against: that read is part of the write's lock), and a
+``Journaled`` model's flush journals nothing. The product has no such switch
+(no setting, no flag): this exists only to measure what the journal costs.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+
+def switch_off() -> None:
+    from app.identity.repository import journal_sql
+
+    journal_sql.JOURNAL_WRITES = False
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m bench.without_journal MODULE [ARGS...]")
+    switch_off()
+    module, sys.argv = sys.argv[1], sys.argv[1:]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
