@@ -42,12 +42,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workspace_change")),
     )
     op.create_index("ix_workspace_change_at", "workspace_change", ["at"], unique=False)
-    op.create_index("ix_workspace_change_workspace_id_at", "workspace_change", ["workspace_id", "at"], unique=False)
+    op.create_index(
+        "ix_workspace_change_workspace_id_at", "workspace_change", ["workspace_id", "at", "id"], unique=False
+    )
     with op.get_context().autocommit_block():
         op.create_index(
             _TENANT_RECEIVED,
             "webhook_event",
-            ["tenant_key", "received_at"],
+            ["tenant_key", "received_at", "id"],
             unique=False,
             postgresql_where=sa.text("tenant_key IS NOT NULL"),
             postgresql_concurrently=True,

@@ -111,7 +111,8 @@ class WorkspaceChange(Base):
 
     __tablename__ = "workspace_change"
     __table_args__ = (
-        Index("ix_workspace_change_workspace_id_at", "workspace_id", "at"),
+        # A workspace's rows, newest first, in the index's own order (its id breaks ties of one transaction).
+        Index("ix_workspace_change_workspace_id_at", "workspace_id", "at", "id"),
         Index("ix_workspace_change_at", "at"),  # the retention cron's batches, oldest first
     )
 

@@ -29,7 +29,7 @@ from app.core.resources import Resources
 from app.ops import auth
 from app.ops.services import BACKFILL_HOURS, NotFound, OpsActions, OpsPages
 from app.ops.timeline import Cursor
-from app.ops.views import PAGE_SIZE, EventFilters, ago, duration, pretty_json
+from app.ops.views import PAGE_SIZE, EventFilters, ago, breakable, duration, pretty_json
 from app.webhooks.inbox import STATES
 from app.webhooks.preview import shown
 
@@ -55,6 +55,7 @@ def _context(request: Request[Any, Any, Any], message: str | None, **context: An
         "now": datetime.now(UTC),
         "ago": ago,
         "duration": duration,
+        "breakable": breakable,
         **context,
     }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, insert, select, text
+from sqlalchemy import Connection, Table, insert, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.journal import JournalEntry
@@ -79,11 +79,8 @@ class JournalRepository:
     async def page(self, workspace_id: int, before: tuple[datetime, int] | None, limit: int) -> list[JournalRow]:
         """The workspace's rows, newest first, older than ``before`` (at, id)."""
         query = select(*_COLUMNS).where(WorkspaceChange.workspace_id == workspace_id)
-        if before is not None:
-            at, row_id = before
-            query = query.where(
-                (WorkspaceChange.at < at) | ((WorkspaceChange.at == at) & (WorkspaceChange.id < row_id))
-            )
+        if before is not None:  # a row comparison: an index condition of ix_workspace_change_workspace_id_at
+            query = query.where(tuple_(WorkspaceChange.at, WorkspaceChange.id) < tuple_(*before))
         query = query.order_by(WorkspaceChange.at.desc(), WorkspaceChange.id.desc()).limit(limit)
         return [JournalRow(*row) for row in (await self.session.execute(query)).all()]
 

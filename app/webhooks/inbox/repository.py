@@ -263,9 +263,11 @@ class Inbox:
         self, tenant_keys: Sequence[str], before: tuple[datetime, int] | None, limit: int
     ) -> list[EventRecord]:
         """Every event of these tenants, newest first, older than ``before`` (received_at, id)."""
-        at, row_id = before if before is not None else (None, None)
         async with driver_connection(self.db) as connection:
-            rows = await connection.fetch(sql.TENANTS_PAGE, list(tenant_keys), at, row_id, limit)
+            if before is None:
+                rows = await connection.fetch(sql.TENANTS_PAGE, list(tenant_keys), limit)
+            else:
+                rows = await connection.fetch(sql.TENANTS_PAGE_BEFORE, list(tenant_keys), limit, *before)
         return [_record(row) for row in rows]
 
     async def unprocessed_of_tenants(self, tenant_keys: Sequence[str], limit: int) -> list[EventRecord]:

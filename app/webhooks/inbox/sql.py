@@ -173,20 +173,23 @@ WHERE ($1::text IS NULL OR provider = $1) AND ($2::text IS NULL OR type = $2)
 ORDER BY id DESC
 LIMIT $4
 """
-# Every event of some tenants (a workspace's Stripe customer and Clerk organization), newest first, a page at a
-# time from before ($2, $3) = (received_at, id): one ordered read of ix_webhook_event_tenant_received per tenant,
-# whatever the inbox's size.
-TENANTS_PAGE = f"""
+# Every event of some tenants (a workspace's Stripe customer and Clerk organization), newest first: one ordered
+# read of ix_webhook_event_tenant_received per tenant, from where the last page ended ($2, $3 = its received_at and
+# id), whatever the inbox's size (bench: phase timeline). A statement of its own for the first page: a cursor
+# written "$2 IS NULL OR ..." would not be an index condition.
+_TENANTS_PAGE = f"""
 SELECT e.* FROM unnest($1::text[]) AS tenant(key)
 CROSS JOIN LATERAL (
     SELECT {_RECORD} FROM webhook_event
-    WHERE tenant_key = tenant.key AND ($2::timestamptz IS NULL OR (received_at, id) < ($2, $3::bigint))
+    WHERE tenant_key = tenant.key {{before}}
     ORDER BY received_at DESC, id DESC
-    LIMIT $4
+    LIMIT $2
 ) AS e
 ORDER BY e.received_at DESC, e.id DESC
-LIMIT $4
+LIMIT $2
 """
+TENANTS_PAGE = _TENANTS_PAGE.format(before="")
+TENANTS_PAGE_BEFORE = _TENANTS_PAGE.format(before="AND (received_at, id) < ($3::timestamptz, $4::bigint)")
 # The unprocessed events of some tenants (their jobs wait), oldest first, through ix_webhook_event_tenant.
 TENANTS_UNPROCESSED = f"""
 SELECT {_RECORD} FROM webhook_event
