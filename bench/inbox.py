@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from app.runtime import WORKER_MODULES
 from app.webhooks.handlers import event_keys
 from app.webhooks.inbox import Inbox
-from app.webhooks.payload import encode_for_inbox
+from app.webhooks.payload import normalized_for_inbox
 
 if TYPE_CHECKING:
     from bench.harness import Run
@@ -33,7 +33,7 @@ async def store_events(run: Run, provider: str, events: Sequence[tuple[str, dict
     inbox = Inbox(run.resources.db)
 
     async def store(event_id: str, body: dict[str, Any]) -> Stored:
-        text, _ = encode_for_inbox(body, b"")
+        text = normalized_for_inbox(body)
         keys = keys_of(body["type"], body)
         stored = await inbox.store(
             provider, event_id, body["type"], text, tenant_key=keys.tenant, sync_subject=keys.subject

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from app.identity.services import IdentityService, clerk_time, required
+from app.queue.errors import PermanentError
 from app.webhooks.handlers import EventRoutes, WebhookContext
 
 logger = logging.getLogger(__name__)
@@ -28,27 +29,35 @@ def _deleted_at(context: WebhookContext) -> datetime:
     return clerk_time(required(context.payload, "timestamp", _source(context)))
 
 
+def _data(context: WebhookContext) -> Mapping[str, Any]:
+    """The event's object; a body without one is set aside at once: retrying cannot give it one."""
+    data = required(context.payload, "data", _source(context))
+    if not isinstance(data, Mapping):
+        raise PermanentError(f"{_source(context)} has a 'data' that is not an object: it cannot be applied.")
+    return data
+
+
 def _key(context: WebhookContext) -> str:
-    return str(required(context.payload["data"], "id", _source(context)))
+    return str(required(_data(context), "id", _source(context)))
 
 
 async def _user(identity: IdentityService, context: WebhookContext, action: str) -> None:
     if action == "deleted":
         await identity.delete_user(_key(context), _deleted_at(context))
     else:
-        await identity.apply_user(context.payload["data"], _source(context))
+        await identity.apply_user(_data(context), _source(context))
 
 
 async def _organization(identity: IdentityService, context: WebhookContext, action: str) -> None:
     if action == "deleted":
         await identity.delete_organization(_key(context), _deleted_at(context))
     else:
-        await identity.apply_organization(context.payload["data"], _source(context))
+        await identity.apply_organization(_data(context), _source(context))
 
 
 async def _membership(identity: IdentityService, context: WebhookContext, action: str) -> None:
     deleted_at = _deleted_at(context) if action == "deleted" else None
-    await identity.apply_membership(context.payload["data"], _source(context), deleted_at=deleted_at)
+    await identity.apply_membership(_data(context), _source(context), deleted_at=deleted_at)
 
 
 def _by_action(apply: Apply) -> Callable[[WebhookContext], Awaitable[None]]:

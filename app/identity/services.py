@@ -56,7 +56,7 @@ def required(data: Mapping[str, Any], name: str, source: str) -> Any:
 def primary_email(data: Mapping[str, Any]) -> str | None:
     primary = data.get("primary_email_address_id")
     for address in data.get("email_addresses") or []:
-        if address.get("id") == primary:
+        if address.get("id") == primary and address.get("email_address") is not None:
             return str(address["email_address"])
     return None
 

@@ -133,8 +133,8 @@ async def process_delivery(resources: Resources, delivery: Delivery, *, provider
     raised, after the pipeline recorded it on the row; call again to retry.
     """
     provider = provider or provider_of(delivery)
-    event = VerifiedEvent.of(delivery.event_id, delivery.event_type, decode_payload(delivery.body))
-    text, _ = encode_for_inbox(event.payload, delivery.body)
+    event = VerifiedEvent.of(delivery.event_id, delivery.event_type, decode_payload(delivery.body), delivery.body)
+    text = encode_for_inbox(event.payload, delivery.body, nul_replaced=event.nul_replaced)
     keys = event_keys(resources.modules, provider)(event.event_type, event.payload)
     stored = await Inbox(resources.db).store(
         provider, event.event_id, event.event_type, text, tenant_key=keys.tenant, sync_subject=keys.subject

@@ -102,12 +102,12 @@ async def _store(resources: Resources, keys: KeysOf, provider: str, event: Liste
     """As intake stores a delivery: the same checks, encoding and keys, one row per event, its job queued."""
     try:
         raw = _json(event.payload)
-        verified = VerifiedEvent.of(event.event_id, event.event_type, decode_payload(raw))
+        verified = VerifiedEvent.of(event.event_id, event.event_type, decode_payload(raw), raw)
     except PayloadError as exc:
         report.skipped.append(event.event_id)
         logger.error("Backfill skipped %s event %s: %s", provider, event.event_id, exc)
         return False
-    text, _ = encode_for_inbox(verified.payload, raw)
+    text = encode_for_inbox(verified.payload, raw, nul_replaced=verified.nul_replaced)
     key = keys(verified.event_type, verified.payload)
     stored = await Inbox(resources.db).store(
         provider, verified.event_id, verified.event_type, text, tenant_key=key.tenant, sync_subject=key.subject

@@ -79,8 +79,9 @@ class WebhookIntake:
             return IntakeDecision(IntakeOutcome.RATE_LIMITED, limit.retry_after)
         if not self.handles(event.event_type):
             return IntakeDecision(IntakeOutcome.IGNORED)
-        text, nul_replaced = encode_for_inbox(event.payload, delivery.body)
-        if nul_replaced:
+        # The payload as stored, NULs replaced (VerifiedEvent): the keys below are read from it, so they hold none.
+        text = encode_for_inbox(event.payload, delivery.body, nul_replaced=event.nul_replaced)
+        if event.nul_replaced:
             logger.warning(
                 "%s event %s carries NUL characters, which Postgres cannot store; stored with U+FFFD in their place.",
                 name,

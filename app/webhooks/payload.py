@@ -13,7 +13,11 @@ signed body could be stored and then never processed:
   insert of the body as received fails, and it is stored as the decoder read
   it (:func:`normalized_for_inbox`, the double it decodes to), so the insert
   cannot fail on every delivery;
-- a NUL character (``\\u0000``), which ``jsonb`` cannot hold: replaced by U+FFFD.
+- a NUL character (``\\u0000``), which neither ``jsonb`` nor ``text`` can hold:
+  replaced by U+FFFD (:func:`storable`) in the payload that the intake stores
+  *and* derives every other value from (the event's tenant and subject), so
+  none of those can carry one either. An event's id and type are refused with
+  a 400 instead: they name the event, and a changed id would be another event.
 
 Nesting is limited to :data:`MAX_DEPTH` levels; deeper bodies are refused (a
 10,000-deep array once took the decoder to its recursion limit).
@@ -80,15 +84,23 @@ def check_event_field(name: str, value: Any) -> str:
     return value
 
 
-def encode_for_inbox(payload: dict[str, Any], raw: bytes = b"") -> tuple[str, bool]:
-    """The text the inbox stores (the body ``raw`` as received, if given), and whether NUL characters had to be
-    replaced in it (then it is re-encoded)."""
-    if b"\\u0000" in raw:  # one scan of the body; the payload is walked only when it may hold a NUL
-        cleaned = _without_nul(payload)
-        if cleaned != payload:
-            return _encoder.encode(cleaned).decode(), True
-        return normalized_for_inbox(payload), False
-    return (raw.decode() if raw else normalized_for_inbox(payload)), False
+def storable(payload: dict[str, Any], raw: bytes | None = None) -> tuple[dict[str, Any], bool]:
+    """The payload with every NUL character (in values and keys, at any depth) replaced by U+FFFD, and whether
+    there was one: Postgres can hold a NUL neither in ``jsonb`` nor in ``text``.
+
+    It is the payload everything at intake is read from, so no value derived from it (a tenant key, a sync
+    subject, an object id) can carry a NUL the stored payload does not. ``raw``: the body it was decoded from;
+    the payload is walked only when the body holds the escape ``\\u0000`` (most bodies are passed through).
+    """
+    if raw is not None and b"\\u0000" not in raw:
+        return payload, False
+    return _without_nul(payload)
+
+
+def encode_for_inbox(payload: dict[str, Any], raw: bytes = b"", *, nul_replaced: bool = False) -> str:
+    """The text the inbox stores: the body ``raw`` as received, or the payload re-encoded when there is no body or
+    NUL characters were replaced in it (``nul_replaced``, from :func:`storable`)."""
+    return normalized_for_inbox(payload) if nul_replaced or not raw else raw.decode()
 
 
 def normalized_for_inbox(payload: dict[str, Any]) -> str:
@@ -96,11 +108,17 @@ def normalized_for_inbox(payload: dict[str, Any]) -> str:
     return _encoder.encode(payload).decode()
 
 
-def _without_nul(value: Any) -> Any:
+def _without_nul(value: Any) -> tuple[Any, bool]:
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return (value.replace("\x00", "\ufffd"), True) if "\x00" in value else (value, False)
     if isinstance(value, dict):
-        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+        replaced, items = False, {}
+        for key, item in value.items():
+            new_key, key_replaced = _without_nul(key)
+            items[new_key], item_replaced = _without_nul(item)
+            replaced = replaced or key_replaced or item_replaced
+        return (items, True) if replaced else (value, False)
     if isinstance(value, list):
-        return [_without_nul(item) for item in value]
-    return value
+        pairs = [_without_nul(item) for item in value]
+        return ([item for item, _ in pairs], True) if any(changed for _, changed in pairs) else (value, False)
+    return value, False

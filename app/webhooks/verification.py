@@ -9,10 +9,10 @@ checked on the way in.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from app.webhooks.payload import PayloadError, check_event_field, decode_payload
+from app.webhooks.payload import PayloadError, check_event_field, decode_payload, storable
 
 __all__ = [
     "MAX_SIGNATURE_HEADER_BYTES",
@@ -36,20 +36,31 @@ class SignatureError(Exception):
 
 @dataclass(frozen=True)
 class VerifiedEvent:
-    """A delivery whose signature verified; its id and type are valid inbox keys (checked here)."""
+    """A delivery whose signature verified; its id and type are valid inbox keys (checked here).
+
+    ``payload`` is the body as the inbox stores it, NUL characters replaced by U+FFFD (``storable``): whatever is
+    derived from it (the event's tenant and sync subject, a thin event's object id) is storable too. ``raw``,
+    the body it was decoded from, only spares a walk of a payload that holds no NUL.
+    """
 
     event_id: str
     event_type: str
     payload: dict[str, Any] = field(repr=False)
+    raw: InitVar[bytes | None] = None
+    nul_replaced: bool = field(init=False, default=False)
+    """Whether NUL characters were replaced: the body is then stored re-encoded, not as received."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, raw: bytes | None) -> None:
         check_event_field("id", self.event_id)
         check_event_field("type", self.event_type)
+        payload, replaced = storable(self.payload, raw)
+        object.__setattr__(self, "payload", payload)
+        object.__setattr__(self, "nul_replaced", replaced)
 
     @classmethod
-    def of(cls, event_id: Any, event_type: Any, payload: dict[str, Any]) -> VerifiedEvent:
+    def of(cls, event_id: Any, event_type: Any, payload: dict[str, Any], raw: bytes | None = None) -> VerifiedEvent:
         """From values read out of a body or headers, whatever their type (checked, :class:`PayloadError`)."""
-        return cls(check_event_field("id", event_id), check_event_field("type", event_type), payload)
+        return cls(check_event_field("id", event_id), check_event_field("type", event_type), payload, raw)
 
 
 Verifier = Callable[[bytes, Headers], VerifiedEvent]

@@ -24,7 +24,7 @@ from app.webhooks.handlers import event_keys
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import deduplication_id, queue_processing_many
 from app.webhooks.maintenance import recover
-from app.webhooks.payload import encode_for_inbox
+from app.webhooks.payload import normalized_for_inbox
 from tests.processes import wait_for, worker_starter
 
 __all__ = ["stripe_stub", "stripe_stub_server"]
@@ -48,7 +48,7 @@ async def store_and_queue(resources: Resources, provider: str, events: Sequence[
     rows = []
     for event in events:
         event_id = str(event.get("id") or f"msg_{event['data']['id']}")
-        text_, _ = encode_for_inbox(event, b"")
+        text_ = normalized_for_inbox(event)
         keys = keys_of(event["type"], event)
         stored = await Inbox(resources.db).store(
             provider, event_id, event["type"], text_, tenant_key=keys.tenant, sync_subject=keys.subject
@@ -109,7 +109,7 @@ async def test_recovery_queues_a_stuck_event_with_its_tenants_turn_not_behind_a_
     await store_and_queue(resources, "clerk", [membership("org_flood", n) for n in range(500)])
     event = membership("org_stuck", 1)
     keys = event_keys(WORKER_MODULES, "clerk")(event["type"], event)
-    text_, _ = encode_for_inbox(event, b"")
+    text_ = normalized_for_inbox(event)
     stuck = await Inbox(resources.db).store(
         "clerk", "msg_stuck", event["type"], text_, tenant_key=keys.tenant, sync_subject=None
     )

@@ -8,13 +8,25 @@ import time
 from typing import Any
 
 import pytest
+from litestar.testing import AsyncTestClient
 from stripe import WebhookSignature
 from svix.webhooks import Webhook
 
+from app.asgi import build_app
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
-from app.testing.deliveries import clerk_event, signed_clerk_delivery, signed_stripe_delivery, stripe_event
+from app.core.settings import load_settings
+from app.runtime import WORKER_MODULES, open_resources
+from app.testing.deliveries import (
+    Delivery,
+    clerk_event,
+    signed_clerk_delivery,
+    signed_stripe_delivery,
+    stripe_event,
+    stripe_subscription,
+)
 from app.webhooks import guards
+from app.webhooks.processing import process_event
 from app.webhooks.verification import MAX_SIGNATURE_HEADER_BYTES
 from tests.stubs.sentry_ingest import SentryIngestStub
 from tests.webhooks.conftest import inbox_count, inbox_rows
@@ -140,6 +152,69 @@ async def test_an_event_id_or_type_that_cannot_be_stored_is_refused_for_good(
     )
     assert response.status_code == 400, response.text
     assert await inbox_count(resources) == 0
+
+
+def _nul_deliveries(secrets: dict[str, str]) -> dict[str, Delivery]:
+    """Signed events holding a NUL in the very id their tenant (and, for Stripe, their sync subject) is read from."""
+    membership = clerk_event("organizationMembership.created")
+    membership["data"]["organization"] = {**membership["data"]["organization"], "id": "org_nul\x00a"}
+    subscription = stripe_subscription("cus_nul\x00a")
+    return {
+        "clerk user.created data.id": signed_clerk_delivery(
+            clerk_event("user.created", id="user_nul\x00a"), secrets["clerk"]
+        ),
+        "clerk organization.created data.id": signed_clerk_delivery(
+            clerk_event("organization.created", id="org_nul\x00b"), secrets["clerk"]
+        ),
+        "clerk organizationMembership.created data.organization.id": signed_clerk_delivery(
+            membership, secrets["clerk"]
+        ),
+        "stripe customer.subscription.updated data.object.customer": signed_stripe_delivery(
+            stripe_event("customer.subscription.updated", subscription), secrets["stripe"]
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "clerk user.created data.id",
+        "clerk organization.created data.id",
+        "clerk organizationMembership.created data.organization.id",
+        "stripe customer.subscription.updated data.object.customer",
+    ],
+)
+async def test_a_nul_in_the_id_an_events_tenant_is_read_from_is_stored_once_with_u_fffd_and_handled(
+    settings_env: dict[str, str], webhook_secrets: dict[str, str], caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    """It was answered 503 on every delivery (the tenant key still held the NUL), so the provider gave up on it.
+
+    The stored payload and every key read from it hold U+FFFD instead; the API logs no error; a Clerk event is
+    then applied like any other (a Stripe one asks for the sync of its subject, as the worker's job does).
+    """
+    delivery = _nul_deliveries(webhook_secrets)[case]
+    settings = load_settings(settings_env)
+    worker = open_resources(settings, WORKER_MODULES)
+    try:
+        async with AsyncTestClient(build_app(settings)) as api:
+            with caplog.at_level(logging.WARNING):
+                for _ in range(2):
+                    response = await api.post(
+                        f"/webhooks/{case.split()[0]}", content=delivery.body, headers=delivery.headers
+                    )
+                    assert response.status_code == 200, response.text
+        assert not [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+        (row,) = await inbox_rows(worker)
+        assert "\ufffd" in (row.tenant_key or ""), row.tenant_key
+        assert "\x00" not in str(row.payload) and "\ufffd" in str(row.payload)
+        if row.provider == "stripe":
+            assert row.sync_subject == "customer:cus_nul\ufffda"
+            return
+        await process_event(worker, row.id, row.provider)
+        (row,) = await inbox_rows(worker)
+        assert row.processed_at is not None and row.last_error is None
+    finally:
+        await worker.close()
 
 
 async def test_a_clerk_svix_id_that_cannot_be_stored_is_refused(

@@ -42,7 +42,7 @@ def _verifier(settings: Settings) -> Verifier | None:
                 "Check CLERK_WEBHOOK_SIGNING_SECRET."
             ) from None
         payload = decode_payload(body)
-        return VerifiedEvent.of(present["svix-id"], payload.get("type"), payload)
+        return VerifiedEvent.of(present["svix-id"], payload.get("type"), payload, body)
 
     return verify
 

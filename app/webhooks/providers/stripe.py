@@ -52,7 +52,7 @@ def _verifier(settings: Settings) -> Verifier | None:
                 f"{TOLERANCE_SECONDS}s. Check STRIPE_WEBHOOK_SECRET."
             )
         payload = decode_payload(body)
-        return VerifiedEvent.of(payload.get("id"), payload.get("type"), payload)
+        return VerifiedEvent.of(payload.get("id"), payload.get("type"), payload, body)
 
     return verify
 
