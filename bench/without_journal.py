@@ -11,8 +11,7 @@ they diff against: that read is part of the write's lock), and a
 
 from __future__ import annotations
 
-import runpy
-import sys
+from bench.switched import run_switched
 
 
 def switch_off() -> None:
@@ -22,11 +21,7 @@ def switch_off() -> None:
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m bench.without_journal MODULE [ARGS...]")
-    switch_off()
-    module, sys.argv = sys.argv[1], sys.argv[1:]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    run_switched(switch_off, "python -m bench.without_journal MODULE [ARGS...]")
 
 
 if __name__ == "__main__":

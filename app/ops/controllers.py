@@ -77,6 +77,10 @@ def _page(
     )
 
 
+def _event_page(request: Request[Any, Any, Any], event: Any, message: str | None, **context: Any) -> Template:
+    return _page(request, "event", message, event=event, payload=pretty_json(event.payload), **context)
+
+
 def _error_page(request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:
     """A refusal (403 without the CSRF token, 404 for an unknown event...) as a page, not as JSON."""
     if isinstance(exc, auth.NotLoggedInError):
@@ -156,8 +160,7 @@ class OpsController(Controller):
     async def event(
         self, request: Request[Any, Any, Any], ops_pages: NamedDependency[OpsPages], row_id: FromPath[int]
     ) -> Template:
-        event = await ops_pages.event(row_id)
-        return _page(request, "event", auth.take_flash(request), event=event, payload=pretty_json(event.payload))
+        return _event_page(request, await ops_pages.event(row_id), auth.take_flash(request))
 
     @post("/events/{row_id:int}/retry", guards=[auth.operator_guard], include_in_schema=False)
     async def retry(
@@ -185,9 +188,9 @@ class OpsController(Controller):
         _act(request, resources, "preview replay", f"webhook event row {row_id}")
         preview = await ops_actions.preview(row_id)
         event = await ops_pages.event(row_id)
-        if isinstance(preview, str):
-            return _page(request, "event", preview, event=event, payload=pretty_json(event.payload))
-        return _page(request, "event", event=event, payload=pretty_json(event.payload), preview=preview, shown=shown)
+        if isinstance(preview, str):  # it could not run: why, as a refusal
+            return _event_page(request, event, preview)
+        return _event_page(request, event, None, preview=preview, shown=shown)
 
     @get("/workspaces", guards=[auth.operator_guard], include_in_schema=False)
     async def workspaces(self, request: Request[Any, Any, Any], ops_pages: NamedDependency[OpsPages]) -> Template:
