@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.billing.crons import BillingReconcileCronJob
-from app.core.journal import event_cause
+from app.billing.models import BillingRefund
+from app.core.journal import caused_by, event_cause
 from app.core.resources import Resources
 from app.identity.models import Workspace
 from app.queue.cli import run_cron_now
@@ -156,3 +157,33 @@ async def test_a_sync_that_came_back_journals_once_with_its_events_cause(
     assert await comes_back(worker, "customer:cus_linked") is None
 
     assert {change.source for change in await journal(worker.db, entity="workspace")} == {event_cause(row)}
+
+
+async def test_a_journaled_models_flushes_journal_what_changed_and_its_deletion(
+    worker: Resources, linked_workspace: Workspace
+) -> None:
+    """``Journaled`` (the one declaration a model of yours needs): inserts, changes and deletions through the
+    session, with the cause of the unit of work; setting a column to the value it holds is no change."""
+    with caused_by("a script of ours"):
+        async with worker.db.session() as session:
+            refund = BillingRefund(stripe_id="re_1", workspace_id=linked_workspace.id, status="pending", amount=500)
+            session.add(refund)
+            await session.commit()
+            refund.status = "pending"
+            await session.commit()
+            refund.status = "succeeded"
+            await session.commit()
+            await session.delete(refund)
+            await session.commit()
+
+    created, succeeded, deleted = await journal(worker.db, entity="billing_refund")
+    assert {created.source, succeeded.source, deleted.source} == {"a script of ours"}
+    assert created.workspace_id == linked_workspace.id
+    assert created.changes == {
+        "stripe_id": [None, "re_1"],
+        "status": [None, "pending"],
+        "amount": [None, 500],
+        "workspace_id": [None, linked_workspace.id],
+    }
+    assert succeeded.changes == {"status": ["pending", "succeeded"]}
+    assert deleted.changes["status"] == ["succeeded", None] and deleted.changes["amount"] == [500, None]
