@@ -5,7 +5,7 @@ Part of the drain and stripe_backlog phases. Clerk: backlogs of Clerk events
 a row or more) drained by one worker of each kind in turn (on, off, off, on;
 the smoke run does one of each); each round's cost is its pair's worker CPU
 per event, on over off, and the figure their median. Stripe: the phase's
-backlog drained again by workers without the journal
+backlog drained the same way, by two workers of each kind in turn
 (``phase_stripe_backlog``). ``journal_worker_cost`` is the larger of the two.
 """
 
@@ -57,24 +57,27 @@ async def clerk_journal_cost(run: Run) -> None:
             run.notes.append(f"journal {kind}: {journaled} journal rows after {count} Clerk events")
         await run.stop_workers()
         await run.reset_inbox()
-    costs = [on / off - 1 for on, off in zip(cpu["on"], cpu["off"], strict=True)]
+    _record(run, "clerk", cpu["on"], cpu["off"])
+
+
+def stripe_journal_cost(run: Run, on_cpu_ms: list[float], off_cpu_ms: list[float]) -> None:
+    """The Stripe backlog's worker CPU per event, with the journal and without, in the order they were drained."""
+    _record(run, "stripe", on_cpu_ms, off_cpu_ms)
+
+
+def _record(run: Run, kind: str, on: list[float], off: list[float]) -> None:
+    """The medians, and the cost: the median of each round's pair (the i-th of each kind), so a slow moment of a
+    shared host spoils one round, not one kind."""
+    costs = [with_it / without - 1 for with_it, without in zip(on, off, strict=True)]
     if len(costs) > 1:
-        run.notes.append(
-            "journal cost, Clerk worker CPU per event, each round: " + ", ".join(f"{c:.1%}" for c in costs)
-        )
+        each = ", ".join(f"{cost:.1%}" for cost in costs)
+        run.notes.append(f"journal cost, {kind} worker CPU per event, each round: {each}")
     run.results.update(
-        journal_clerk_cpu_ms_on=statistics.median(cpu["on"]),
-        journal_clerk_cpu_ms_off=statistics.median(cpu["off"]),
-        journal_worker_cost_clerk=statistics.median(costs),
-    )
-    _overall(run)
-
-
-def stripe_journal_cost(run: Run, on_cpu_ms: float, off_cpu_ms: float) -> None:
-    run.results.update(
-        journal_stripe_cpu_ms_on=on_cpu_ms,
-        journal_stripe_cpu_ms_off=off_cpu_ms,
-        journal_worker_cost_stripe=on_cpu_ms / off_cpu_ms - 1,
+        {
+            f"journal_{kind}_cpu_ms_on": statistics.median(on),
+            f"journal_{kind}_cpu_ms_off": statistics.median(off),
+            f"journal_worker_cost_{kind}": statistics.median(costs),
+        }
     )
     _overall(run)
 
