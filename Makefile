@@ -19,7 +19,8 @@ APT_INSTALL := $(SUDO) tools/install-debian-packages
 # The container engine's client: Debian's when installed (a newer one elsewhere on the PATH may require the
 # buildx plugin, which Debian does not ship).
 DOCKER ?= $(firstword $(wildcard /usr/bin/docker) docker)
-IMAGE ?= saas-jobs-inbox:latest
+# The release's tag: `git describe` (v1.4.0, v1.4.0-3-gabc1234, a commit, -dirty when the tree has changes).
+IMAGE ?= saas-jobs-inbox:$(shell git describe --tags --always --dirty 2>/dev/null || echo latest)
 PYTHON_IMAGE ?=
 # The CA bundle pip trusts while building the image, passed as a build secret (not kept in the image): the
 # system's, which holds a TLS-intercepting proxy's CA too. CA_BUNDLE= builds with pip's own.
@@ -56,9 +57,10 @@ wrk:  ## Debian's wrk, the load generator of make bench's intake phases (install
 
 system-deps: browser prometheus docker
 
-image:  ## the production image (deploy/Dockerfile) as IMAGE; PYTHON_IMAGE=another base, CA_BUNDLE=the CA pip trusts
+image:  ## the production image (deploy/Dockerfile) tagged saas-jobs-inbox:<git describe>, or IMAGE; PYTHON_IMAGE=another base, CA_BUNDLE=the CA pip trusts
 	DOCKER_BUILDKIT=1 $(DOCKER) build --network host -f deploy/Dockerfile $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
 		$(if $(CA_BUNDLE),--secret id=ca$(comma)src=$(CA_BUNDLE)) -t $(IMAGE) .
+	@echo "Built $(IMAGE): APP_IMAGE=$(IMAGE) in deploy/.env runs it (docs/deploy.md, Releasing a new version)."
 
 dev: install  ## API and worker together, embedded Postgres and Redis when no URLs are set
 	@HOST=$(HOST) PORT=$(PORT) $(BIN)/python -m tools.dev
@@ -91,10 +93,10 @@ screenshots: install browser  ## the operations page's pictures in docs/images, 
 		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
 		-k "overview_shows or phone_sized or try_it or customer_asks_why or timeline_on_a_phone"
 
-lint: install  ## ruff and mypy on the code, then on every python block of README.md and docs/
+lint: install  ## ruff and mypy on the code and the tests, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
-	@$(BIN)/mypy app bench tools
+	@$(BIN)/mypy app bench tools tests
 	@$(BIN)/python -m tools.doc_blocks
 
 format: install
@@ -113,7 +115,7 @@ cli: install  ## any Litestar CLI command against the dev services, e.g. make cl
 psql: install  ## a psql shell on the development database (embedded when DATABASE_URL is unset); SQL="..." runs one statement
 	@$(BIN)/python -m tools.psql
 
-send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API; SAMPLE=checkout: the try-it pair
+send-test-webhook: install  ## PROVIDER=stripe|clerk, signed with the configured secret, to the running API; SAMPLE=checkout: the try-it pair; SAMPLE=thin: a Stripe thin event
 	@$(WITH_DEV_ENV) $(BIN)/python -m tools.send_test_webhook --provider $(PROVIDER) $(if $(SAMPLE),--sample $(SAMPLE)) --url http://$(HOST):$(PORT)
 
 stripe-stub: install  ## the local Stripe API `make dev` uses with its generated key, serving the try-it checkout

@@ -27,6 +27,7 @@ from app.core.errors import exit_on_settings_error
 from app.core.gc_tuning import settle_after_start_up
 from app.core.logging import configure_logging
 from app.core.module import FeatureModule
+from app.core.request_body import AppRequest
 from app.core.request_context import request_context_middleware
 from app.core.resources import Resources
 from app.core.sentry import init_sentry, report_exception
@@ -99,6 +100,7 @@ def build_app(
         dependencies=_dependencies(resources, runtime, modules, dependencies or {}),
         plugins=[SQLAlchemyPlugin(config=resources.db.config), ModuleCLIPlugin()],
         middleware=[request_context_middleware],
+        request_class=AppRequest,
         lifespan=[_lifespan(resources, modules)],
         after_exception=[_log_server_error],
         logging_config=None,

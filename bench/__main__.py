@@ -32,6 +32,7 @@ from bench import (
     phase_metrics_cost,
     phase_pipeline,
     phase_stripe_backlog,
+    phase_thin_backlog,
     phase_timeline,
 )
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
@@ -45,6 +46,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "crons": phase_crons.crons,
     "adapter": phase_adapter.adapter,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
+    "thin_backlog": phase_thin_backlog.thin_backlog,
     "isolation": phase_isolation.isolation,
     "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,

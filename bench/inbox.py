@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.runtime import WORKER_MODULES
-from app.webhooks.handlers import event_keys
+from app.webhooks.handlers import stored_keys
 from app.webhooks.inbox import Inbox
 from app.webhooks.payload import normalized_for_inbox
 
@@ -29,12 +29,12 @@ class Stored:
 
 async def store_events(run: Run, provider: str, events: Sequence[tuple[str, dict[str, Any]]]) -> list[Stored]:
     """Store each (event id, body) once, in order; returns the rows (every one must be new)."""
-    keys_of = event_keys(WORKER_MODULES, provider)
+    keys_of = stored_keys(WORKER_MODULES, provider)
     inbox = Inbox(run.resources.db)
 
     async def store(event_id: str, body: dict[str, Any]) -> Stored:
         text = normalized_for_inbox(body)
-        keys = keys_of(body["type"], body)
+        keys = await keys_of(run.resources, body["type"], body)
         stored = await inbox.store(
             provider, event_id, body["type"], text, tenant_key=keys.tenant, sync_subject=keys.subject
         )

@@ -23,6 +23,8 @@ class Mode:
     # stripe_backlog: the backlog's events and the customers they are about
     stripe_backlog_events: int = 2_000
     stripe_backlog_customers: int = 200
+    # thin_backlog: the stripe_backlog's events as thin events, then as many about this many customers never seen
+    thin_backlog_unknown_customers: int = 20
     # isolation: a Clerk flood, and Stripe events of other customers delivered at this rate while it drains
     isolation_flood: int = 3_000
     isolation_probe_rate: float = 5.0
@@ -60,6 +62,7 @@ MODES = {
         reference_drains_2w=False,
         stripe_backlog_events=200,
         stripe_backlog_customers=20,
+        thin_backlog_unknown_customers=5,
         isolation_flood=200,
         fairness_flood=200,
         fairness_orgs=10,
@@ -88,6 +91,7 @@ MODES = {
         drain_rounds=2,
         stripe_backlog_events=10_000,
         stripe_backlog_customers=1_000,
+        thin_backlog_unknown_customers=100,
         isolation_flood=20_000,
         fairness_flood=20_000,
         timeline_inbox_rows=1_000_000,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,11 @@ WORKERS = 2
 STRIPE_QUEUES = (str(QueueName.WEBHOOK_STRIPE), str(QueueName.STRIPE_SYNC))
 """What the Stripe backlog's workers serve: the Stripe events' queue and the syncs'."""
 _ENDED = frozenset({"canceled", "incomplete_expired"})
-_CHECKED = ("subscription_id", "subscription_status", "seat_quantity", "cancel_at_period_end", "member_limit")
+CHECKED = ("subscription_id", "subscription_status", "seat_quantity", "cancel_at_period_end", "member_limit")
+"""The workspace's columns checked against the stub's state after a drain."""
+Expected = dict[str, dict[str, Any]]
+Seeder = Callable[["Run", StripeStub, int, int], Awaitable[tuple[Expected, list[Stored]]]]
+"""(run, stub, events, customers) -> each customer's expected columns, and the inbox rows (not queued yet)."""
 
 
 class BacklogStripeStub(StripeStub):
@@ -103,7 +107,9 @@ async def stripe_backlog(run: Run) -> None:
         # (phase_journal): the first with it is the phase's own figures.
         for kind in mode.journal_drains:
             launcher = WITHOUT_JOURNAL if kind == "off" else ()
-            drained = await _backlog(run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, launcher)
+            drained = await drain_backlog(
+                run, stub, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seed, launcher=launcher
+            )
             cpu[kind].append(drained.worker_cpu_seconds / drained.events * 1000)
             if kind == "on":
                 runs.append(drained)
@@ -128,20 +134,28 @@ def stub_env(stub: StripeStub) -> dict[str, str]:
     return {"STRIPE_API_BASE": stub.base_url, "STRIPE_API_RATE_LIMIT_PER_SECOND": str(BUDGET_PER_SECOND)}
 
 
-async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, launcher: Sequence[str] = ()) -> Drained:
+async def drain_backlog(
+    run: Run,
+    stub: StripeStub,
+    events: int,
+    customers: int,
+    seed: Seeder,
+    label: str = "stripe backlog",
+    launcher: Sequence[str] = (),
+) -> Drained:
     """Seed, start two workers, queue the backlog due at one instant, time from it until both queues are empty,
     check; leaves no worker running. ``launcher``: what runs the workers (``bench.without_journal``)."""
     await run.stop_workers()  # an earlier phase's worker reads no Stripe stub: it must not take these events
     await run.reset_inbox()
     stub.reset()
     stub.enforce_rate_limit(STUB_LIMIT_PER_SECOND)
-    expected, rows = await _seed(run, stub, events, customers, seed=events + customers)
+    expected, rows = await seed(run, stub, events, customers)
     managed = await run.start_workers(WORKERS, stub_env(stub), launcher, queues=STRIPE_QUEUES)
     workers = [psutil.Process(worker.process.pid) for worker in managed]
     due = due_in(len(rows))
     await queue_events_due(run, rows, due)
     await until_due(due, ahead=0.1)
-    profile = profiler(run, "worker-stripe-backlog" + ("-no-journal" if launcher else ""), managed[0], None)
+    profile = profiler(run, "worker-" + label.replace(" ", "-") + ("-no-journal" if launcher else ""), managed[0], None)
     cpu_before = _cpu_seconds(workers)
     started = await until_due(due)
     ended = await run.wait_queue_empty(max(60.0, 3 * customers / BUDGET_PER_SECOND), STRIPE_QUEUES)
@@ -156,9 +170,9 @@ async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, laun
     # Where the drain time went: the calls' span against the drain's (a tail after the last call is the worker's
     # own work on events that needed no call).
     last_call = max(times) - started if times else 0.0
-    await _check(run, expected, drained, "stripe backlog")
+    await _check(run, expected, drained, label)
     run.log(
-        f"  stripe backlog: {events} events of {customers} customers in {drained.seconds:.1f} s; "
+        f"  {label}: {events} events of {customers} customers in {drained.seconds:.1f} s; "
         f"{drained.calls} Stripe calls ({drained.calls_per_customer:.2f} per customer, peak "
         f"{drained.peak_per_second}/s), {drained.rate_limited} answered 429; drain / (calls / "
         f"{BUDGET_PER_SECOND} per s) = {drained.drain_ratio:.2f}; last call {last_call:.1f} s after the instant "
@@ -168,22 +182,20 @@ async def _backlog(run: Run, stub: StripeStub, events: int, customers: int, laun
     return drained
 
 
-async def _seed(
-    run: Run, stub: StripeStub, events: int, customers: int, *, seed: int
-) -> tuple[dict[str, dict[str, Any]], list[Stored]]:
+async def _seed(run: Run, stub: StripeStub, events: int, customers: int) -> tuple[Expected, list[Stored]]:
     """Workspaces, the stub's customers and subscriptions, and the inbox rows (not queued yet).
 
     Returns each customer's expected billing columns (the stub's state, which every
     event of the backlog asks to be read: event bodies are never trusted) and the rows.
     """
-    rng = random.Random(seed)
+    rng = random.Random(events + customers)
     expected: dict[str, dict[str, Any]] = {}
     bodies = []
     for n in range(customers):
         customer = f"cus_bench{n:06d}"
         seats = 1 + rng.randrange(9)
         subscription = link_customer(stub, customer, seats)
-        expected[customer] = dict(zip(_CHECKED, (subscription["id"], "active", seats, False, seats), strict=True))
+        expected[customer] = dict(zip(CHECKED, (subscription["id"], "active", seats, False, seats), strict=True))
         for _ in range(events // customers):
             # Bodies as Stripe sent them over time (older seat counts): only the customer id in them matters.
             body = stripe_event(
@@ -216,9 +228,9 @@ async def _check(run: Run, expected: dict[str, dict[str, Any]], drained: Drained
         "count(*) FILTER (WHERE last_error IS NOT NULL OR attempts > 1) AS retried FROM webhook_event"
     )
     drained.processed, drained.retried = int(row["done"]), int(row["retried"])
-    columns = ", ".join(_CHECKED)
+    columns = ", ".join(CHECKED)
     stored = {
-        record["stripe_customer_id"]: {name: record[name] for name in _CHECKED}
+        record["stripe_customer_id"]: {name: record[name] for name in CHECKED}
         for record in await run.pool.fetch(f"SELECT stripe_customer_id, {columns} FROM workspace")
     }
     wrong = [customer for customer, want in expected.items() if stored.get(customer) != want]

@@ -69,8 +69,8 @@ def api_process(env: Mapping[str, str]) -> Iterator[str]:
 
 
 @contextmanager
-def logged_api_process(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
-    """``api_process`` with the API's output (access log included) written to ``log_path``."""
+def logged_api_process(env: Mapping[str, str], log_path: Path, factory: str = "app.asgi:create_app") -> Iterator[str]:
+    """``api_process`` with the API's output (access log included) written to ``log_path``; ``factory``: the app."""
     port = free_port()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -79,7 +79,7 @@ def logged_api_process(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
                 "-m",
                 "uvicorn",
                 "--factory",
-                "app.asgi:create_app",
+                factory,
                 "--port",
                 str(port),
                 "--no-proxy-headers",
@@ -98,7 +98,7 @@ def logged_api_process(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
         stop(process)
 
 
-def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+def stop(process: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
     if process.poll() is None:
         process.send_signal(sig)
         try:

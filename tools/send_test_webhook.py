@@ -2,6 +2,7 @@
 
     python -m tools.send_test_webhook --provider clerk --url http://127.0.0.1:8000
     python -m tools.send_test_webhook --sample checkout        (`make send-test-webhook SAMPLE=checkout`)
+    python -m tools.send_test_webhook --sample thin            (`make send-test-webhook SAMPLE=thin`)
 
 A development tool (it builds the event with the test kit, ``app.testing``),
 run through ``tools.dev_env`` so it signs with the secrets `make dev` generated.
@@ -10,6 +11,10 @@ run through ``tools.dev_env`` so it signs with the secrets `make dev` generated.
 (a workspace, processed at once) and a Stripe ``checkout.session.completed`` for that organization, whose
 processing reads the checkout session from the Stripe API: under `make dev` the local stub, so it fails
 (and is retried) until `make stripe-stub` runs; then Retry on /ops processes it.
+
+``--sample thin`` is what an event destination with thin payloads sends (docs/deploy.md): a thin
+``v1.customer.subscription.updated`` naming the try-it subscription, which its processing reads from the
+Stripe API (`make stripe-stub` serves it) for its customer.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from app.testing.deliveries import (
     stripe_object,
     stripe_subscription,
 )
-from tools.dev_stripe import TRY_CHECKOUT, TRY_CUSTOMER, TRY_ORGANIZATION
+from app.testing.thin_deliveries import stripe_thin_event
+from tools.dev_stripe import TRY_CHECKOUT, TRY_CUSTOMER, TRY_ORGANIZATION, TRY_SUBSCRIPTION
 
 
 def _stripe_secret(settings: Settings) -> str:
@@ -53,6 +59,15 @@ def sample_delivery(provider: str) -> Delivery:
         event = stripe_event("customer.subscription.updated", stripe_subscription(random_id("cus")))
         return signed_stripe_delivery(event, _stripe_secret(settings))
     return signed_clerk_delivery(clerk_event("user.created"), _clerk_secret(settings))
+
+
+def thin_delivery() -> Delivery:
+    """A thin event about the try-it subscription, as a destination with thin payloads sends it."""
+    with exit_on_settings_error():
+        settings = get_settings()
+    return signed_stripe_delivery(
+        stripe_thin_event("v1.customer.subscription.updated", TRY_SUBSCRIPTION), _stripe_secret(settings)
+    )
 
 
 def checkout_deliveries() -> list[tuple[str, Delivery]]:
@@ -88,14 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider", choices=["stripe", "clerk"], default="stripe")
     parser.add_argument(
         "--sample",
-        choices=["event", "checkout"],
+        choices=["event", "checkout", "thin"],
         default="event",
-        help="event: one sample event of --provider; checkout: the try-it pair (docs/operations.md, Try it)",
+        help="event: one sample event of --provider; checkout: the try-it pair (docs/operations.md, Try it); "
+        "thin: a Stripe thin event (docs/deploy.md)",
     )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="base URL of the running API")
     args = parser.parse_args(argv)
     if args.sample == "event":
         return _post(args.url, args.provider, sample_delivery(args.provider))
+    if args.sample == "thin":
+        return _post(args.url, "stripe", thin_delivery())
     for provider, delivery in checkout_deliveries():
         if code := _post(args.url, provider, delivery):
             return code

@@ -5,7 +5,8 @@ The state itself is read back from the Stripe API by a sync of that subject
 the API's answer is current. This module decides, from the verified body, each
 event's subject (what to read) and tenant (the customer whose turn it takes
 in the Stripe queue), and is the one list of the Stripe events billing
-handles, so of those the intake stores.
+handles, so of those the intake stores: snapshot events and their thin
+twins (``v1.``-prefixed, ``thin_events.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.billing.events_api import StripeEventSource
+from app.billing.stripe_objects import stripe_id
 from app.billing.sync import preview_sync, request_sync
+from app.billing.thin_events import THIN_SUBJECTS, known_keys, related_id
 from app.webhooks.handlers import SyncedEvents
-
-MAX_ID_CHARS = 200
-"""An id longer than this (or holding a NUL) names nothing Stripe has: the event is set aside, not stored under it."""
+from app.webhooks.providers.stripe import is_thin_event
 
 
 def _object(payload: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -32,9 +33,7 @@ def _link(obj: Mapping[str, Any], name: str) -> str | None:
     value = obj.get(name)
     if isinstance(value, Mapping):
         value = value.get("id")
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS or "\x00" in value:
-        return None
-    return value
+    return stripe_id(value)
 
 
 def _subject(kind: str, field: str) -> Callable[[Mapping[str, Any]], str | None]:
@@ -51,7 +50,13 @@ def customer_tenant(customer_id: str) -> str:
 
 
 def stripe_tenant(event_type: str, payload: Mapping[str, Any]) -> str | None:
-    """The customer the event's object belongs to; an object that names none (a dispute, a refund): its charge."""
+    """The customer the event's object belongs to; an object that names none (a dispute, a refund): its charge.
+
+    A thin event names only its related object: its id (``known_keys`` puts the customer instead when billing
+    knows it).
+    """
+    if is_thin_event(event_type, payload):
+        return related_id(payload)
     obj = _object(payload)
     customer = _link(obj, "customer")
     return customer_tenant(customer) if customer is not None else _link(obj, "charge")
@@ -68,13 +73,17 @@ _SUBJECTS = {
     "charge.refunded": _subject("charge", "id"),
     "refund.*": _subject("refund", "id"),
     "radar.early_fraud_warning.*": _subject("early_fraud_warning", "id"),
+    # The same changes sent by a destination with thin payloads: the object they name (app/billing/thin_events.py).
+    **THIN_SUBJECTS,
 }
 _SYNCED = SyncedEvents(_SUBJECTS, sync=request_sync, tenant_key=stripe_tenant)
-# With the Events API as its backfill source (only the types handled are asked for).
+# With the Events APIs as its backfill source (only the types handled are asked for), and what billing's tables
+# know of a thin event's related object.
 STRIPE_EVENTS = SyncedEvents(
     _SUBJECTS,
     sync=request_sync,
     tenant_key=stripe_tenant,
     backfill=StripeEventSource(_SYNCED.handles),
     preview=preview_sync,
+    known=known_keys,
 )

@@ -101,6 +101,18 @@ _MIRRORS: dict[MirrorKind, type[BillingDispute] | type[BillingRefund] | type[Bil
     "refund": BillingRefund,
     "early_fraud_warning": BillingFraudWarning,
 }
+# The customer of an object billing holds (a thin event names only the object): the workspace synced with the
+# subscription (ix_workspace_subscription_id), or the workspace of a mirrored object.
+_CUSTOMER_HOLDING: dict[str, str] = {
+    "subscription": (
+        "SELECT stripe_customer_id FROM workspace WHERE subscription_id = $1 AND stripe_customer_id IS NOT NULL LIMIT 1"
+    ),
+    **{
+        kind: f"SELECT w.stripe_customer_id FROM {model.__tablename__} m JOIN workspace w ON w.id = m.workspace_id "
+        "WHERE m.stripe_id = $1"
+        for kind, model in _MIRRORS.items()
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -173,6 +185,12 @@ class BillingRepository:
     async def sync_done(session: AsyncSession, subject: str, generation: int, calls: int) -> None:
         """In the sync's transaction, before its events are marked (the hand-off's lock order)."""
         await session.execute(_SYNC_DONE, {"subject": subject, "generation": generation, "calls": calls})
+
+    async def customer_holding(self, kind: str, stripe_id: str) -> str | None:
+        """The customer of a subscription or mirrored object billing holds, by its Stripe id; None: not held."""
+        async with driver_connection(self.db) as connection:
+            customer: str | None = await connection.fetchval(_CUSTOMER_HOLDING[kind], stripe_id)
+        return customer
 
     # Locks, in billing's order: the sync's subject, the customer, then the rows (the workspace: identity's) ----
     @staticmethod

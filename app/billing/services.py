@@ -23,6 +23,7 @@ writes with the events they cover.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.billing.budget import Turn
 from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
-from app.billing.stripe_objects import CustomerBilling
+from app.billing.stripe_objects import CustomerBilling, CustomerOfKind
 from app.identity import billing_state
 from app.queue.errors import PermanentError
 
@@ -76,30 +77,60 @@ def billing_columns(billing: CustomerBilling) -> dict[str, Any]:
     }
 
 
+NewestEvent = Callable[[], Awaitable[datetime | None]]
+"""When the latest event the sync covers arrived (asked under the customer's lock, so nothing newer is missed)."""
+
+
 class BillingService:
-    """One sync's work in ``session``'s transaction; ``turn``: its calls of the Stripe budget (None: commands')."""
+    """One sync's work in ``session``'s transaction; ``turn``: its calls of the Stripe budget (None: commands').
+
+    ``newest_event``: the sync's (None: a command's, which always reads). A customer whose workspace was written
+    from a read that began after the latest of the sync's events arrived is not read again: that read covers them.
+    """
 
     def __init__(
-        self, session: AsyncSession, gateway: StripeGateway, free_plan_member_limit: int, turn: Turn | None = None
+        self,
+        session: AsyncSession,
+        gateway: StripeGateway,
+        free_plan_member_limit: int,
+        turn: Turn | None = None,
+        newest_event: NewestEvent | None = None,
     ) -> None:
         self.session = session
         self.gateway = gateway
         self.free_plan_member_limit = free_plan_member_limit
         self.turn = turn
+        self.newest_event = newest_event
 
     async def sync_customer(self, customer_id: str, read_began: datetime) -> BillingSync | None:
-        """Copy the customer's current billing state onto its workspace; None when it is linked to no workspace.
+        """Copy the customer's current billing state onto its workspace; None when it is linked to no workspace, or
+        when it was read after the sync's events arrived (no read then).
 
         ``read_began``: when the sync began (the database's clock, the one
         ``received_at`` is stamped with): ``billing_synced_at``, and what the
         events it covers are measured against.
         """
         await BillingRepository.lock_customer(self.session, customer_id)
-        workspace_id = await billing_state.lock_workspace_of_customer(self.session, customer_id)
-        if workspace_id is None:
+        locked = await billing_state.lock_billing_of_customer(self.session, customer_id)
+        if locked is None:
             logger.info("Stripe customer %s is linked to no workspace: nothing to sync.", customer_id)
             return None
+        workspace_id, synced_at = locked
+        if synced_at is not None and self.newest_event is not None:
+            newest = await self.newest_event()
+            if newest is not None and synced_at >= newest:
+                logger.info("Stripe customer %s was read after the events of this sync arrived: no read.", customer_id)
+                return None
         return await self._read_and_write(workspace_id, customer_id, read_began)
+
+    async def sync_customer_of(self, kind: CustomerOfKind, object_id: str, read_began: datetime) -> BillingSync | None:
+        """Read the subscription or invoice for its customer (what a thin event left unknown), then sync that
+        customer as :meth:`sync_customer` does."""
+        customer_id = await self.gateway.customer_of(kind, object_id, self.turn)
+        if customer_id is None:
+            logger.info("Stripe %s %s has no customer: nothing to sync.", kind, object_id)
+            return None
+        return await self.sync_customer(customer_id, read_began)
 
     async def link_checkout(self, session_id: str, read_began: datetime) -> BillingSync | None:
         """Link the session's customer to the workspace it names (read from Stripe), then sync that workspace.

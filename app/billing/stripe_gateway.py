@@ -3,7 +3,12 @@
 Reads go through the SDK's raw requests (its HTTP client, authentication,
 parameter encoding and error classes) and are used as the JSON Stripe sent:
 building the SDK's objects only to turn them back into dicts cost about half
-of a read's CPU.
+of a read's CPU. The same holds for what thin events name: the SDK's
+``fetch_related_object_async()`` and ``client.v2.core.events.list_async()``
+would read outside the budget and build objects, so the related object is read
+by its id (:meth:`StripeGateway.customer_of`) and the v2 Events API through
+the same raw request path (:meth:`StripeGateway.thin_events_page`, paged by
+``next_page_url`` as the SDK's own auto-paging does).
 
 Handlers never trust an event body, so every sync reads Stripe. This file owns
 the client (one per process: ``stripe.HTTPXClient`` binds to the event loop
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -32,12 +38,14 @@ from app.billing.stripe_objects import (
     Charge,
     CheckoutSession,
     CustomerBilling,
+    CustomerOfKind,
     MirroredObject,
     MirrorKind,
     RefundedCharge,
     link_id,
     parse_charge,
     parse_subscription,
+    rfc3339,
     timestamp,
 )
 from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
@@ -53,6 +61,8 @@ _CURRENT = frozenset({"active", "trialing", "past_due"})
 _WRONG_ACCOUNT = " Check that STRIPE_API_KEY belongs to the Stripe account and mode (test/live) of the webhook."
 _HINTS = {401: _WRONG_ACCOUNT, 403: _WRONG_ACCOUNT, 404: _WRONG_ACCOUNT}
 _DEFAULT_RETRY_AFTER_SECONDS = 1.0
+_THIN_EVENTS_PATH = "/v2/core/events"
+_CUSTOMER_OF_PATHS: dict[CustomerOfKind, str] = {"subscription": "subscriptions", "invoice": "invoices"}
 _MIRROR_PATHS: dict[MirrorKind, str] = {
     "dispute": "disputes",
     "refund": "refunds",
@@ -175,6 +185,31 @@ class StripeGateway:
         }
         page = await self._get("events.list", "the event list", "/v1/events", **params)
         return list(page["data"]), bool(page.get("has_more"))
+
+    async def thin_events_page(
+        self, types: Sequence[str], created_gte: datetime, created_lte: datetime, next_page: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of thin events (``/v2/core/events``, newest first) of ``types`` created in the window, and the
+        URL of the next page (None: the last). ``next_page``: the URL the previous page gave."""
+        what = "the thin event list"
+        if next_page is None:
+            window = {"gte": rfc3339(created_gte), "lte": rfc3339(created_lte)}
+            params: dict[str, Any] = {"types": list(types), "created": window, "limit": _EVENTS_PAGE}
+            page = await self._get("v2.core.events.list", what, _THIN_EVENTS_PATH, **params)
+        else:
+            page = await self._get("v2.core.events.list", what, next_page)
+        following = page.get("next_page_url") or None
+        if following is not None and not str(following).startswith(f"{_THIN_EVENTS_PATH}?"):
+            raise RuntimeError(f"Stripe's thin event list named a next page outside it ({following!r}); retried.")
+        return list(page["data"]), following
+
+    async def customer_of(self, kind: CustomerOfKind, object_id: str, turn: Turn | None = None) -> str | None:
+        """The customer a subscription or an invoice belongs to (one call): all a thin event about it leaves to read.
+
+        Read by its id through the budget, not by the SDK's ``fetch_related_object_async()`` (see the docstring).
+        """
+        path = _path(_CUSTOMER_OF_PATHS[kind], object_id)
+        return link_id((await self._get(f"{kind}s.retrieve", f"{kind} {object_id}", path, turn=turn)).get("customer"))
 
     async def _charge_of(self, obj: dict[str, Any], turn: Turn | None) -> Charge | None:
         charge_id = link_id(obj.get("charge"))

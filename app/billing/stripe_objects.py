@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+MAX_ID_CHARS = 200
+"""An id longer than this (or holding a NUL) names nothing Stripe has: an event naming it is set aside, not stored
+under it."""
 MirrorKind = Literal["dispute", "refund", "early_fraud_warning"]
+CustomerOfKind = Literal["subscription", "invoice"]
+"""What a thin event may name without billing knowing whose it is: read once for its customer."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,18 @@ class RefundedCharge:
 
 def timestamp(value: Any) -> datetime | None:
     return datetime.fromtimestamp(int(value), UTC) if value is not None else None
+
+
+def stripe_id(value: Any) -> str | None:
+    """An id from an event body (not trusted), or None when it cannot name a Stripe object."""
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS or "\x00" in value:
+        return None
+    return value
+
+
+def rfc3339(moment: datetime) -> str:
+    """A time as the v2 API writes it (``2026-10-01T12:00:00.000Z``)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def link_id(value: Any) -> str | None:

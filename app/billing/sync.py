@@ -18,6 +18,17 @@ each other, so at most one sync of a subject is in flight (save a sync whose
 turn comes while the one before it still writes: it waits for that one's
 lock).
 
+An event whose customer was read after it arrived costs no read, across
+subjects too: a sync that reaches a customer whose workspace was written from
+a read that began after the latest of its events arrived writes nothing and
+covers them (``BillingService.sync_customer``, asked under the customer's
+lock). Thin events about a subscription or an invoice billing does not hold
+(``thin_events.py``) have such a subject (``subscription:sub_...``,
+``invoice:in_...``): its sync reads the object once for its customer, then
+syncs that customer; of it and the customer's own sync (a snapshot twin's),
+whichever takes the customer's lock second finds it read after its events
+arrived: one customer read between them.
+
 A sync that fails:
 
 - permanently (a Stripe 404): every event it covers is set aside, one alert;
@@ -33,6 +44,7 @@ A sync that fails:
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,7 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.billing.budget import TURN_EARLY_SECONDS, BudgetShortfall, Turn
 from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
-from app.billing.services import BillingService, BillingSync
+from app.billing.services import BillingService, BillingSync, NewestEvent
 from app.billing.stripe_gateway import stripe_budget, stripe_gateway
 from app.core.journal import caused_by, event_cause
 from app.core.resources import Resources
@@ -58,7 +70,16 @@ from app.webhooks.processing import describe_error
 
 logger = logging.getLogger(__name__)
 
-CALLS = {"customer": 1, "checkout": 2, "dispute": 2, "refund": 2, "early_fraud_warning": 2, "charge": 1}
+CALLS = {
+    "customer": 1,
+    "checkout": 2,
+    "dispute": 2,
+    "refund": 2,
+    "early_fraud_warning": 2,
+    "charge": 1,
+    "subscription": 2,
+    "invoice": 2,
+}
 """Stripe calls a first sync of each kind of subject reserves (a sync that needs more learns it: ``calls``)."""
 STALE_MARGIN_SECONDS = 60
 """A read in flight longer than the sync's time limit and this is taken for lost (its worker died)."""
@@ -185,14 +206,18 @@ class _Sync:
                 return None
             self.read_began = claim.read_began
             covered = await coverage.covered(resources.db, subject, claim.read_began)
-            if not covered.count or covered.newest is None:
+            if covered.newest is None:
                 logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
                 await repo.release_sync(subject, generation, again=False)
                 return None
+            read_began = claim.read_began
+
+            def newest_event() -> Awaitable[datetime | None]:
+                return coverage.newest_covered(resources.db, subject, read_began)
+
             with caused_by(event_cause(covered.newest)):  # what the journal names as the cause of its writes
-                await read_and_write(
-                    resources, session, subject, claim.read_began, self.turn, cause=sync_cause(subject, generation)
-                )
+                cause = sync_cause(subject, generation)
+                await read_and_write(resources, session, subject, read_began, self.turn, cause, newest_event)
                 await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
                 processed = await coverage.mark_covered(session, subject, claim.read_began)
                 await session.commit()
@@ -206,7 +231,13 @@ def sync_cause(subject: str, generation: int) -> str:
 
 
 async def read_and_write(
-    resources: Resources, session: AsyncSession, subject: str, read_began: datetime, turn: Turn | None, *, cause: str
+    resources: Resources,
+    session: AsyncSession,
+    subject: str,
+    read_began: datetime,
+    turn: Turn | None,
+    cause: str,
+    newest_event: NewestEvent | None = None,
 ) -> None:
     """A sync's work on our tables: ``subject`` read from Stripe and written, in ``session`` (which it never commits).
 
@@ -214,24 +245,39 @@ async def read_and_write(
     covers): the sync adds those, a dry run (:func:`preview_sync`) does not.
     ``turn``: the sync's turn of the budget (None: each call waits for a slot,
     as a command's). ``cause``: the run that stages a member-limit job.
+    ``newest_event``: the sync's (``BillingService``; None: always read).
     """
+    synced = await _read(resources, session, subject, read_began, turn, newest_event)
+    if synced is not None:  # identity owns seats: it re-seats the members after the commit
+        await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
+
+
+async def _read(
+    resources: Resources,
+    session: AsyncSession,
+    subject: str,
+    read_began: datetime,
+    turn: Turn | None,
+    newest_event: NewestEvent | None,
+) -> BillingSync | None:
+    """Read the subject and write it; the workspace synced, if any."""
     kind, _, object_id = subject.partition(":")
-    gateway, settings = stripe_gateway(resources), resources.settings
-    synced: BillingSync | None = None
-    billing = BillingService(session, gateway, settings.free_plan_member_limit, turn)
+    gateway = stripe_gateway(resources)
+    billing = BillingService(session, gateway, resources.settings.free_plan_member_limit, turn, newest_event)
     mirrors = MirrorService(session, gateway, turn)
     if kind == "customer":
-        synced = await billing.sync_customer(object_id, read_began)
-    elif kind == "checkout":
-        synced = await billing.link_checkout(object_id, read_began)
-    elif kind in ("dispute", "refund", "early_fraud_warning"):
+        return await billing.sync_customer(object_id, read_began)
+    if kind in ("subscription", "invoice"):
+        return await billing.sync_customer_of(kind, object_id, read_began)  # type: ignore[arg-type]
+    if kind == "checkout":
+        return await billing.link_checkout(object_id, read_began)
+    if kind in ("dispute", "refund", "early_fraud_warning"):
         await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
     elif kind == "charge":
         await mirrors.sync_refunds_of_charge(object_id, read_began)
     else:
         raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({subject}).")
-    if synced is not None:  # identity owns seats: it re-seats the members after the commit
-        await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
+    return None
 
 
 async def preview_sync(resources: Resources, session: AsyncSession, subject: str) -> None:
@@ -242,7 +288,7 @@ async def preview_sync(resources: Resources, session: AsyncSession, subject: str
     the budget as a command's do.
     """
     read_began = await BillingRepository.clock(session)
-    await read_and_write(resources, session, subject, read_began, None, cause=f"preview:{subject}")
+    await read_and_write(resources, session, subject, read_began, None, f"preview:{subject}")
 
 
 async def _relay(resources: Resources, session: Any, subject: str) -> None:

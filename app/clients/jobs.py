@@ -11,9 +11,10 @@ from app.clients.email import EmailMessage, EmailSender, LoggingEmailSender
 from app.identity.models import AppUser, Workspace, WorkspaceMember
 from app.queue.effects import perform_once
 from app.queue.job import Job
-from app.queue.queues import QueueName
 
 logger = logging.getLogger(__name__)
+CLIENTS_QUEUE = "clients-queue"
+"""The module's own queue (declared in its ``MODULE``): summaries never wait behind another module's jobs."""
 
 
 class SendClientSummaryJobData(msgspec.Struct, frozen=True):
@@ -26,7 +27,7 @@ class SendClientSummaryJobData(msgspec.Struct, frozen=True):
 class SendClientSummaryJob(Job[SendClientSummaryJobData]):
     """Safe to run twice: the email is claimed under (workspace, period) before it is sent."""
 
-    queue = QueueName.CLIENTS
+    queue = CLIENTS_QUEUE
     retry_limit = 5
 
     def email_sender(self) -> EmailSender:

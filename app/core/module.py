@@ -71,6 +71,9 @@ class FeatureModule:
 
     jobs: Sequence[type[JobClass]] = ()
     crons: Sequence[type[CronClass]] = ()
+    queues: Sequence[str] = ()
+    """The queues of its own jobs, by name (``"invoices-queue"``): each is served by its own arq Worker, so they never
+    wait behind another module's. Its jobs run on these or on the starter's (``app/queue/queues.py``)."""
     cli_groups: Sequence[click.Group] = ()
 
     webhook_handlers: Mapping[str, WebhookHandler] = field(default_factory=dict)

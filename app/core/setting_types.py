@@ -57,6 +57,22 @@ def choice(*allowed: str, upper: bool = False) -> Parser:
     return parse
 
 
+def choices(*allowed: str) -> Parser:
+    """One or several of ``allowed``, separated by commas (``snapshot,thin``): a set, in ``allowed``'s order."""
+
+    def parse(name: str, raw: str) -> tuple[str, ...]:
+        given = [part.strip().lower() for part in raw.split(",")]
+        if not all(given) or not set(given) <= set(allowed):
+            combined = ",".join(allowed)
+            raise SettingsError(
+                f"{name}={raw!r} is not valid: use {', '.join(allowed)}, or several separated by commas "
+                f"(e.g. {combined})."
+            )
+        return tuple(item for item in allowed if item in given)
+
+    return parse
+
+
 def flag(name: str, raw: str) -> bool:
     value = raw.lower()
     if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):

@@ -71,6 +71,11 @@ class Settings:
     stripe_webhook_secrets: tuple[str, ...] = field(
         default=(), metadata=env("STRIPE_WEBHOOK_SECRET", kind.whsec_list, secret="value")
     )
+    # What the Stripe event destinations of this endpoint send (snapshot, thin, or both while moving from one to the
+    # other): which of Stripe's Events APIs the backfill lists. Intake takes both whatever it says.
+    stripe_event_payloads: tuple[str, ...] = field(
+        default=("snapshot",), metadata=env("STRIPE_EVENT_PAYLOADS", kind.choices("snapshot", "thin"))
+    )
     clerk_webhook_signing_secret: str | None = field(
         default=None, metadata=env("CLERK_WEBHOOK_SIGNING_SECRET", kind.whsec, secret="value")
     )

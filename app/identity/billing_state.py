@@ -28,7 +28,8 @@ BILLING_COLUMNS = (
 """The subscription's columns a read of Stripe writes (with ``billing_synced_at``, the read's time)."""
 
 
-async def lock_workspace_of_customer(session: AsyncSession, customer_id: str) -> int | None:
+async def lock_billing_of_customer(session: AsyncSession, customer_id: str) -> tuple[int, datetime | None] | None:
+    """The customer's workspace, locked: its id and when the read its billing was last written from began."""
     return await WorkspaceRepository(session).lock_of_customer(customer_id)
 
 

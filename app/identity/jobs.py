@@ -8,9 +8,10 @@ import msgspec
 
 from app.identity.services import SeatService
 from app.queue.job import Job
-from app.queue.queues import QueueName
 
 logger = logging.getLogger(__name__)
+IDENTITY_QUEUE = "identity-queue"
+"""The module's own queue (declared in its ``MODULE``): seat changes never wait behind billing's jobs."""
 
 
 class ApplyWorkspaceMemberLimitData(msgspec.Struct, frozen=True):
@@ -25,7 +26,7 @@ class ApplyWorkspaceMemberLimitJob(Job[ApplyWorkspaceMemberLimitData]):
     run changes nothing.
     """
 
-    queue = QueueName.BILLING
+    queue = IDENTITY_QUEUE
     # A few statements under one row lock. The timeout also bounds how long a run lost with its worker (SIGKILL,
     # or a Redis restart while it ran) waits to run again: with the 300 s default, seats stayed unenforced ~5 min.
     timeout_seconds = 30

@@ -25,6 +25,10 @@ class Workspace(ClerkSyncedColumns, Base):
     """
 
     __tablename__ = "workspace"
+    __table_args__ = (
+        # Billing finds the customer of a subscription it synced (a thin event names only the subscription).
+        Index("ix_workspace_subscription_id", "subscription_id", postgresql_where=text("subscription_id IS NOT NULL")),
+    )
 
     clerk_org_id: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
     name: Mapped[str | None] = mapped_column(String(255), nullable=True)

@@ -4,12 +4,13 @@ from app.core.module import FeatureModule
 from app.identity.cli import identity_group
 from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
-from app.identity.jobs import ApplyWorkspaceMemberLimitJob
+from app.identity.jobs import IDENTITY_QUEUE, ApplyWorkspaceMemberLimitJob
 from app.identity.journal import delete_old_changes
 from app.identity.models import AppUser, Workspace, WorkspaceChange, WorkspaceMember
 
 MODULE = FeatureModule(
     name="identity",
+    queues=[IDENTITY_QUEUE],
     jobs=[ApplyWorkspaceMemberLimitJob],
     crons=[IdentityReconcileCronJob],
     cli_groups=[identity_group],

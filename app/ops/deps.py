@@ -19,6 +19,7 @@ from app.ops.auth import LoginLimiter
 from app.ops.metrics import EnabledProviders
 from app.ops.pipeline_state import PipelineReader, worker_crons
 from app.ops.services import OpsActions, OpsPages
+from app.queue.queues import queue_names
 from app.webhooks.inbox import Inbox
 
 # Passed as they are: Litestar would validate a sequence of dataclasses field by field.
@@ -41,7 +42,7 @@ def provide_pipeline(
     resources: NamedDependency[Resources], worker_modules: NamedDependency[WorkerModules]
 ) -> PipelineReader:
     """The state of the pipeline the workers run: their crons, whichever modules this API loads."""
-    return PipelineReader(resources, worker_crons(worker_modules))
+    return PipelineReader(resources, worker_crons(worker_modules), queue_names(worker_modules))
 
 
 def provide_ops_pages(

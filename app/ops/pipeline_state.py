@@ -43,12 +43,14 @@ class PipelineState:
     """Per provider: tenants with unprocessed events, and the seconds since the oldest of those arrived."""
 
 
-async def read_state(resources: Resources, worker_crons: dict[str, type[CronJob]]) -> PipelineState:
+async def read_state(
+    resources: Resources, worker_crons: dict[str, type[CronJob]], queues: Sequence[str] = tuple(QueueName)
+) -> PipelineState:
     inbox = Inbox(resources.db)
     state = PipelineState(inbox=await inbox.unprocessed_counts(), tenants=await inbox.queue_tenants())
     redis, settings = resources.redis, resources.settings
-    for queue in QueueName:
-        state.waiting[str(queue)] = int(await redis.zcard(queue_key(settings, queue)))
+    for queue in queues:
+        state.waiting[queue] = int(await redis.zcard(queue_key(settings, queue)))
     state.workers = await alive(redis, settings)
     state.crons = await _crons(resources, worker_crons)
     return state
@@ -72,9 +74,13 @@ def worker_crons(modules: Sequence[FeatureModule]) -> dict[str, type[CronJob]]:
 class PipelineReader:
     """Reads the pipeline's state when asked (not when built: a refused scrape costs no query)."""
 
-    def __init__(self, resources: Resources, crons: Mapping[str, type[CronJob]]) -> None:
+    def __init__(
+        self, resources: Resources, crons: Mapping[str, type[CronJob]], queues: Sequence[str] = tuple(QueueName)
+    ) -> None:
         self.resources = resources
         self.crons = dict(crons)
+        self.queues = list(queues)
+        """The starter's queues and the worker modules' own (``app/queue/queues.py``)."""
 
     async def read(self) -> PipelineState:
-        return await read_state(self.resources, self.crons)
+        return await read_state(self.resources, self.crons, self.queues)

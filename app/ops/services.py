@@ -15,7 +15,7 @@ from app.core.resources import Resources
 from app.identity.repository import WorkspaceSummary
 from app.ops.pipeline_state import PipelineReader
 from app.ops.timeline import Cursor, Timeline, find_workspaces, timeline
-from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow, TenantRow
+from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow, RefusalRow, TenantRow
 from app.queue.crons import cron_job_id
 from app.queue.job import CronJob, CronTick
 from app.webhooks import operations
@@ -23,7 +23,7 @@ from app.webhooks.crons import BackfillWindow, WebhookBackfillJob
 from app.webhooks.inbox import EventRecord, Inbox
 from app.webhooks.operations import OperatorError, Outcome
 from app.webhooks.preview import Preview, preview_replay
-from app.webhooks.refusals import refused_last_hour
+from app.webhooks.refusals import refused_by_reason_last_hour
 
 BACKFILL_HOURS = range(1, 721)
 """How far back the page's backfill may look (``webhooks backfill`` itself takes any window)."""
@@ -51,7 +51,7 @@ class OpsPages:
         latency = await self.inbox.latency_last_hour()
         processed = await self.inbox.processed_last_day()
         settings = self.resources.settings
-        refused = await refused_last_hour(self.resources.redis, settings.redis_namespace, self.providers)
+        by_reason = await refused_by_reason_last_hour(self.resources.redis, settings.redis_namespace, self.providers)
         rows = []
         for name in sorted({*self.providers, *state.inbox, *latency, *processed}):
             counts = state.inbox.get(name, {})
@@ -62,7 +62,7 @@ class OpsPages:
                     counts.get("failed", 0),
                     counts.get("set_aside", 0),
                     processed.get(name, 0),
-                    refused.get(name, 0),
+                    sum(by_reason.get(name, {}).values()),
                     latency.get(name),
                 )
             )
@@ -70,7 +70,11 @@ class OpsPages:
             TenantRow(row["provider"], row["tenant_key"], int(row["n"]), row["oldest"])
             for row in await self.inbox.top_tenants(TOP_TENANTS)
         ]
-        return Overview(rows, state, tenants)
+        refused = {
+            name: [RefusalRow(reason, count) for reason, count in reasons.items() if count]
+            for name, reasons in by_reason.items()
+        }
+        return Overview(rows, state, tenants, {name: listed for name, listed in refused.items() if listed})
 
     async def events(self, filters: EventFilters, before_id: int | None) -> list[EventRecord]:
         return await self.inbox.page(

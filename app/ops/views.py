@@ -44,6 +44,28 @@ class Overview:
     state: PipelineState
     tenants: list[TenantRow]
     """The tenants with the most unprocessed events, most first."""
+    refused: dict[str, list[RefusalRow]]
+    """Per provider: its refusals of the last hour by reason (the reasons with any), the ones behind its count."""
+
+
+@dataclass(frozen=True)
+class RefusalRow:
+    reason: str
+    """A ``Refusal`` value: ``rejected_signature``..."""
+    count: int
+
+    @property
+    def meaning(self) -> str:
+        return REFUSAL_MEANINGS.get(self.reason, "")
+
+
+REFUSAL_MEANINGS = {
+    "rejected_signature": "Missing, wrong or stale signature: after a secret rotation, check the webhook secret.",
+    "rejected_payload": "Signed, but not a JSON object with an id and a type within the limits.",
+    "too_large": "Over WEBHOOK_MAX_BODY_BYTES.",
+    "rate_limited": "Over WEBHOOK_RATE_LIMIT_PER_MINUTE from one client (check TRUSTED_PROXIES behind a proxy).",
+}
+"""What each reason of a refusal means, for the overview (docs/operations.md says more)."""
 
 
 @dataclass(frozen=True)

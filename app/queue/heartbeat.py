@@ -45,6 +45,11 @@ async def beat_until(redis: Redis, settings: Settings, stopping: asyncio.Event) 
         await redis.zrem(key, member)
 
 
+async def beating_on(redis: Redis, settings: Settings, host: str) -> list[str]:
+    """The workers of ``host`` (a container's hostname) that beat within ``ALIVE_WITHIN_SECONDS``."""
+    return [worker for worker in await alive(redis, settings) if worker.rpartition(":")[0] == host]
+
+
 async def alive(redis: Redis, settings: Settings) -> list[str]:
     """The workers (host:pid) that beat within ``ALIVE_WITHIN_SECONDS``."""
     members = await redis.zrangebyscore(_key(settings), time.time() - ALIVE_WITHIN_SECONDS, "+inf")

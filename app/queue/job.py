@@ -74,7 +74,7 @@ def _value(value: Any, settings: Settings) -> Any:
 class Job(Generic[DataT]):
     """Base of every job. Subclass as ``class MyJob(Job[MyJobData])`` and set ``queue``."""
 
-    queue: ClassVar[QueueName] = QueueName.DEFAULT
+    queue: ClassVar[str] = QueueName.DEFAULT
     retry_limit: ClassVar[int | FromSetting] = DEFAULT_RETRY_LIMIT
     backoff_base_seconds: ClassVar[float | FromSetting] = DEFAULT_BACKOFF_BASE_SECONDS
     backoff_cap_seconds: ClassVar[float | FromSetting] = DEFAULT_BACKOFF_CAP_SECONDS
@@ -149,7 +149,7 @@ class CronJob(Job[CronTick]):
     setting is checked with the settings.
     """
 
-    queue: ClassVar[QueueName] = QueueName.CRON
+    queue: ClassVar[str] = QueueName.CRON
     pattern: ClassVar[str | FromSetting]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -1,11 +1,19 @@
-"""Every queue, named in one place. A queue groups jobs retried and scaled together.
+"""The starter's own queues, named in one place; a feature module names its own in its ``MODULE``.
 
-Each queue is served by its own arq Worker with its own slots, so a flood on
-one never holds up another: each webhook provider's events have their queue,
-the Stripe syncs theirs (they wait for the API budget), crons theirs.
+A queue groups jobs retried and scaled together. Each queue is served by its
+own arq Worker with its own slots, so a flood on one never holds up another:
+each webhook provider's events have their queue, the Stripe syncs theirs (they
+wait for the API budget), crons theirs, and each module that declares one
+(``FeatureModule.queues``: the worked example's ``clients-queue``, identity's,
+a SaaS developer's) its own.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
 from enum import StrEnum
+
+from app.core.module import FeatureModule
 
 
 class QueueName(StrEnum):
@@ -16,17 +24,24 @@ class QueueName(StrEnum):
     WEBHOOK_CLERK = "webhook-clerk-queue"
     STRIPE_SYNC = "stripe-sync-queue"
     """Reads of Stripe, each queued for its turn of the fleet's API budget."""
-    BILLING = "billing-queue"
     CRON = "cron-queue"
-    CLIENTS = "clients-queue"
 
 
+STARTER_QUEUES = frozenset(str(queue) for queue in QueueName)
 WEBHOOK_QUEUES = frozenset({QueueName.WEBHOOK, QueueName.WEBHOOK_STRIPE, QueueName.WEBHOOK_CLERK})
 """Polled every ``WORKER_POLL_DELAY_SECONDS``: an event is processed within a poll of its delivery."""
 RELAXED_POLL_SECONDS = 0.1
 """Every other queue is polled at most this often: each poll costs CPU and a Redis call even when idle (eight queues
 at 0.01 s cost an idle worker about 3% of a core); a background job, a cron tick or a Stripe sync (queued 0.2 s
 before its turn) does not need a job started within 10 ms."""
+
+
+def queue_names(modules: Iterable[FeatureModule]) -> list[str]:
+    """Every queue the modules can use: the starter's own (``QueueName``), then each module's, in their order."""
+    names = [str(queue) for queue in QueueName]
+    for module in modules:
+        names += [queue for queue in module.queues if queue not in names]
+    return names
 
 
 def poll_delay(queue: str, configured: float) -> float:

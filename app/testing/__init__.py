@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # the names as re-exports, for type checkers and editors
     from app.testing.pipeline import read_inbox_row as read_inbox_row
     from app.testing.stripe_stub import StripeStub as StripeStub
     from app.testing.stripe_stub import stripe_stub_fixture as stripe_stub_fixture
+    from app.testing.thin_deliveries import stripe_ping_event as stripe_ping_event
+    from app.testing.thin_deliveries import stripe_thin_event as stripe_thin_event
+    from app.testing.thin_deliveries import stripe_thin_twin as stripe_thin_twin
 
 _SUBMODULES = {
     "deliveries": (
@@ -46,6 +49,7 @@ _SUBMODULES = {
         "stripe_object",
         "stripe_subscription",
     ),
+    "thin_deliveries": ("stripe_ping_event", "stripe_thin_event", "stripe_thin_twin"),
     "pipeline": (
         "DeliveryTimeoutError",
         "InboxRow",

@@ -4,6 +4,10 @@ Objects start from real-shaped fixtures (``app/testing/data``) so handlers are
 tested against the fields the providers really send; callers override only the
 ids, links and state a scenario is about. Signatures come from the providers'
 own SDKs, so a delivery that verifies here verifies in production code too.
+
+Stripe sends two payload styles, signed alike (``signed_stripe_delivery``
+signs either): snapshot events (``stripe_event``: the object in ``data``) and
+thin events (``thin_deliveries``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from app.core.commands import plural
 from app.core.db import Database
 from app.core.resources import Resources
 from app.testing.deliveries import Delivery
-from app.webhooks.handlers import event_keys
+from app.webhooks.handlers import stored_keys
 from app.webhooks.inbox import Inbox
 from app.webhooks.payload import decode_payload, encode_for_inbox
 from app.webhooks.processing import process_event
@@ -135,7 +135,7 @@ async def process_delivery(resources: Resources, delivery: Delivery, *, provider
     provider = provider or provider_of(delivery)
     event = VerifiedEvent.of(delivery.event_id, delivery.event_type, decode_payload(delivery.body), delivery.body)
     text = encode_for_inbox(event.payload, delivery.body, nul_replaced=event.nul_replaced)
-    keys = event_keys(resources.modules, provider)(event.event_type, event.payload)
+    keys = await stored_keys(resources.modules, provider)(resources, event.event_type, event.payload)
     stored = await Inbox(resources.db).store(
         provider, event.event_id, event.event_type, text, tenant_key=keys.tenant, sync_subject=keys.subject
     )

@@ -10,13 +10,14 @@ control endpoint a JSON ``POST`` (``{}`` when it takes nothing) but the last:
 
 - ``/_stub/state``: an object, ``{"kind": "subscription", "args": {"customer_id": "cus_1"}}`` (the
   ``put_<kind>`` method's keyword arguments) or ``{"object": {...}}`` as it is;
-- ``/_stub/event``: ``{"event": {...}}``, an event ``/v1/events`` lists (``put_event``);
+- ``/_stub/event``: ``{"event": {...}}``, an event ``/v1/events`` lists (``put_event``), or a thin one
+  (``"object": "v2.core.event"``) that ``/v2/core/events`` lists (``put_thin_event``);
 - ``/_stub/remove``: ``{"kind": "customer", "id": "cus_1"}``;
 - ``/_stub/fail``: ``{"path_prefix": "/v1/customers", "status": 500, "times": 1}``;
 - ``/_stub/rate_limit``: ``{"path_prefix": "/v1/customers", "retry_after": 2, "times": 1}`` (429s);
 - ``/_stub/slow``: ``{"path_prefix": "/v1/customers", "seconds": 0.5, "times": 1}``;
-- ``/_stub/enforce_rate_limit``: ``{"per_second": 25}``, every /v1 request past it in any second
-  answers 429 (``null``: no limit);
+- ``/_stub/enforce_rate_limit``: ``{"per_second": 25}``, every API request (/v1, /v2) past it in any
+  second answers 429 (``null``: no limit);
 - ``/_stub/clear_faults``: every scheduled fault gone; ``/_stub/reset``: everything gone;
 - ``GET /_stub/requests``: ``{"requests": [[method, path], ...]}``, oldest first.
 """
@@ -37,7 +38,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from app.testing.loopback import LoopbackServer
-from app.testing.stripe_stub_state import SEGMENTS, StripeStubState
+from app.testing.stripe_stub_state import SEGMENTS, THIN_EVENTS, StripeStubState
 
 __all__ = ["StripeStub", "stripe_stub_fixture"]
 
@@ -53,7 +54,11 @@ def _answer(status: int, body: dict[str, Any], headers: dict[str, str] | None = 
 def _array(request: Request[Any, Any, Any], name: str) -> list[str]:
     """A list parameter as Stripe's SDK encodes it (``types[0]=a&types[1]=b``) or as ``types[]=a``."""
     prefix = f"{name}["
-    return [value for key, value in request.query_params.multi_items() if key.startswith(prefix) and key.endswith("]")]
+    query = request.query_params.multi_items()
+    items = [(key[len(prefix) : -1], value) for key, value in query if key.startswith(prefix) and key.endswith("]")]
+    listed = [(index, value) for index, value in items if index.isdigit() or not index]
+    # In the order of their indexes (a query string's order may not survive its parsing).
+    return [value for _, value in sorted(listed, key=lambda item: int(item[0] or 0))]
 
 
 def _rate_limited(retry_after: int) -> Response[Any]:
@@ -80,7 +85,7 @@ class StripeStub(StripeStubState, LoopbackServer):
 
     # serving -----------------------------------------------------------
     async def _gate(self, request: Request[Any, Any, Any]) -> Response[Any] | None:
-        """Runs before every /v1 handler: log, authenticate like Stripe, then apply a scheduled fault."""
+        """Runs before every API handler (/v1, /v2): log, authenticate like Stripe, then apply a scheduled fault."""
         self._log_request(request.method, request.url.path)
         if not request.headers.get("authorization", "").startswith(("Bearer sk_", "Bearer rk_")):
             return _error(401, "You did not provide a valid API key. Use 'Authorization: Bearer sk_...'.")
@@ -122,6 +127,9 @@ class StripeStub(StripeStubState, LoopbackServer):
         }
         return _answer(200, body)
 
+    def _put_any_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        return self.put_thin_event(event) if event.get("object") == THIN_EVENTS else self.put_event(event)
+
     def _retrieve_handler(self, kind: str) -> HTTPRouteHandler:
         async def retrieve(object_id: FromPath[str], request: Request[Any, Any, Any]) -> Response[Any]:
             return self._retrieve(kind, object_id, _array(request, "expand"))
@@ -160,6 +168,26 @@ class StripeStub(StripeStubState, LoopbackServer):
         handlers = [list_subscriptions, list_events, *(self._retrieve_handler(kind) for kind in SEGMENTS)]
         return Router("/v1", route_handlers=handlers, before_request=gate)
 
+    def _v2_router(self) -> Router:
+        """``/v2/core/events``: thin events, filtered by ``types``, ``created`` (RFC 3339) and paged by ``page``."""
+
+        async def gate(request: Request[Any, Any, Any]) -> Response[Any] | None:
+            return await self._gate(request)
+
+        @get("/core/events")
+        async def list_thin_events(request: Request[Any, Any, Any]) -> Response[Any]:
+            query = request.query_params
+            listed = self._list_thin_events(
+                query.get("created[gte]"),
+                query.get("created[lte]"),
+                _array(request, "types"),
+                int(query.get("limit") or 20),
+                query.get("page"),
+            )
+            return _answer(200, listed)
+
+        return Router("/v2", route_handlers=[list_thin_events], before_request=gate)
+
     def _control_router(self) -> Router:
         def command(path: str, action: Callable[..., Any]) -> HTTPRouteHandler:
             async def run(data: JSONBody[dict[str, Any]]) -> Any:
@@ -177,7 +205,7 @@ class StripeStub(StripeStubState, LoopbackServer):
 
         handlers = [
             command("/state", lambda **body: self.apply_state(body)),
-            command("/event", lambda **body: self.put_event(body["event"])),
+            command("/event", lambda **body: self._put_any_event(body["event"])),
             *(
                 command(f"/{name}", getattr(self, name))
                 for name in ("remove", "fail", "rate_limit", "slow", "clear_faults", "reset", "enforce_rate_limit")
@@ -191,7 +219,7 @@ class StripeStub(StripeStubState, LoopbackServer):
             return _error(404, f"Unrecognized request URL ({request.method}: {request.url.path}).")
 
         return Litestar(
-            route_handlers=[self._api_router(), self._control_router()],
+            route_handlers=[self._api_router(), self._v2_router(), self._control_router()],
             exception_handlers={NotFoundException: unknown_route, MethodNotAllowedException: unknown_route},
             openapi_config=None,
         )

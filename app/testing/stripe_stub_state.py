@@ -16,20 +16,13 @@ from typing import Any
 
 from app.testing.deliveries import stripe_object, stripe_subscription
 from app.testing.stripe_stub_lists import StripeStubLists
+from app.testing.thin_deliveries import RELATED_PATHS
 
-__all__ = ["SEGMENTS", "StripeStubState"]
+__all__ = ["SEGMENTS", "THIN_EVENTS", "StripeStubState"]
 
-# Stored kind (the object's "object" field) -> its URL segment under /v1.
-SEGMENTS: dict[str, str] = {
-    "customer": "customers",
-    "subscription": "subscriptions",
-    "checkout.session": "checkout/sessions",
-    "dispute": "disputes",
-    "refund": "refunds",
-    "charge": "charges",
-    "radar.early_fraud_warning": "radar/early_fraud_warnings",
-    "event": "events",
-}
+# Stored kind (the object's "object" field) -> its URL segment under /v1 (thin events: /v2/core/events).
+SEGMENTS: dict[str, str] = {**RELATED_PATHS, "event": "events"}
+THIN_EVENTS = "v2.core.event"
 _ALIASES = {"checkout_session": "checkout.session", "early_fraud_warning": "radar.early_fraud_warning"}
 _REQUEST_LOG_SIZE = 100_000  # bounded so a long soak run cannot grow it without end
 
@@ -59,7 +52,7 @@ class StripeStubState(StripeStubLists):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in SEGMENTS}
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in (*SEGMENTS, THIN_EVENTS)}
         self._faults: list[_Fault] = []
         self._requests: deque[tuple[str, str]] = deque(maxlen=_REQUEST_LOG_SIZE)
         self._request_times: deque[float] = deque(maxlen=_REQUEST_LOG_SIZE)
@@ -100,6 +93,10 @@ class StripeStubState(StripeStubLists):
 
     def put_charge(self, id: str, **fields: Any) -> dict[str, Any]:
         return self.put(stripe_object("charge", id=id, **fields))
+
+    def put_invoice(self, id: str, *, customer: str, **fields: Any) -> dict[str, Any]:
+        """An invoice of ``customer`` (what a thin ``v1.invoice.paid`` names)."""
+        return self.put(stripe_object("invoice", id=id, customer=customer, **fields))
 
     def put_early_fraud_warning(self, id: str, **fields: Any) -> dict[str, Any]:
         return self.put(stripe_object("radar.early_fraud_warning", id=id, **fields))
@@ -153,13 +150,13 @@ class StripeStubState(StripeStubLists):
     # request log and reset ---------------------------------------------
     @property
     def request_times(self) -> list[float]:
-        """When each /v1 request arrived (``time.monotonic()``), in the order of ``requests``; a copy."""
+        """When each API request arrived (``time.monotonic()``), in the order of ``requests``; a copy."""
         with self._lock:
             return list(self._request_times)
 
     @property
     def requests(self) -> list[tuple[str, str]]:
-        """The (method, path) of each /v1 request, oldest first (the last 100,000); a copy."""
+        """The (method, path) of each API request (/v1, /v2), oldest first (the last 100,000); a copy."""
         with self._lock:
             return list(self._requests)
 

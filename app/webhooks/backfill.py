@@ -13,7 +13,7 @@ as they are (a set-aside one is not reopened: that is the operator's call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,14 +26,13 @@ from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import report_message
 from app.webhooks.event_source import EventSource, ListedEvent
-from app.webhooks.handlers import EventKeys, Payload, event_keys
+from app.webhooks.handlers import StoredKeys, stored_keys
 from app.webhooks.inbox import Inbox
 from app.webhooks.jobs import queue_processing
 from app.webhooks.payload import PayloadError, decode_payload, encode_for_inbox
 from app.webhooks.verification import VerifiedEvent
 
 logger = logging.getLogger(__name__)
-KeysOf = Callable[[str, Payload], EventKeys]
 
 
 @dataclass
@@ -83,7 +82,7 @@ async def backfill(
 ) -> BackfillReport:
     """Store the listed events the inbox lacks; alert once if any were missing (never on a dry run)."""
     report, inbox = BackfillReport(source.label, dry_run), Inbox(resources.db)
-    keys = event_keys(resources.modules, provider)
+    keys = stored_keys(resources.modules, provider)
     async for page in source.pages(resources, since, until):
         missing = await inbox.missing(provider, [event.event_id for event in page])
         report.already += len(page) - len(missing)
@@ -98,7 +97,9 @@ async def backfill(
     return report
 
 
-async def _store(resources: Resources, keys: KeysOf, provider: str, event: ListedEvent, report: BackfillReport) -> bool:
+async def _store(
+    resources: Resources, keys: StoredKeys, provider: str, event: ListedEvent, report: BackfillReport
+) -> bool:
     """As intake stores a delivery: the same checks, encoding and keys, one row per event, its job queued."""
     try:
         raw = _json(event.payload)
@@ -108,7 +109,7 @@ async def _store(resources: Resources, keys: KeysOf, provider: str, event: Liste
         logger.error("Backfill skipped %s event %s: %s", provider, event.event_id, exc)
         return False
     text = encode_for_inbox(verified.payload, raw, nul_replaced=verified.nul_replaced)
-    key = keys(verified.event_type, verified.payload)
+    key = await keys(resources, verified.event_type, verified.payload)
     stored = await Inbox(resources.db).store(
         provider, verified.event_id, verified.event_type, text, tenant_key=key.tenant, sync_subject=key.subject
     )

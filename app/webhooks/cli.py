@@ -16,6 +16,8 @@ from app.webhooks.inbox import STATES, EventRecord, Inbox, State
 from app.webhooks.operations import OperatorError, Outcome
 from app.webhooks.preview import Preview, preview_replay
 
+SHORT_ERROR_CHARS = 200
+"""``webhooks list`` cuts a last error to about this many characters, at a word, unless ``--verbose``."""
 # "abandoned" is what these states were called before "set_aside"; still accepted.
 _STATE_NAMES: dict[str, State] = {state: state for state in STATES} | {
     "abandoned": "set_aside",
@@ -38,7 +40,10 @@ def retry_abandoned_command(app: Litestar) -> None:
 @click.option("--status", type=click.Choice(list(_STATE_NAMES)), help="Only events in this state.")
 @click.option("--tenant", help="Only this tenant's events (a Stripe customer cus_..., a Clerk org:... or user:...).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
-def list_command(app: Litestar, provider: str | None, status: str | None, tenant: str | None, limit: int) -> None:
+@click.option("--verbose", "-v", is_flag=True, help="Each unprocessed event's last error whole, not cut.")
+def list_command(
+    app: Litestar, provider: str | None, status: str | None, tenant: str | None, limit: int, verbose: bool
+) -> None:
     state = _STATE_NAMES[status] if status else None
 
     async def work(resources: Resources) -> list[EventRecord]:
@@ -54,9 +59,22 @@ def list_command(app: Litestar, provider: str | None, status: str | None, tenant
             f"{event.id:>8}  {event.provider:<8}  {event.event_id[:34]:<34}  {event.type[:36]:<36}  "
             f"{event.state:<9}  {event.attempts:>5}  {event.received_at:%Y-%m-%d %H:%M:%S}  {event.tenant_key or ''}"
         )
+        if event.related_object:  # a thin event: what it is about, which its sync reads
+            click.echo(f"{'':>10}related object: {event.related_object}")
         if event.last_error and event.processed_at is None:
-            click.echo(f"{'':>10}last error: {event.last_error[:200]}")
+            error = event.last_error if verbose else cut_at_word(event.last_error, SHORT_ERROR_CHARS)
+            click.echo(f"{'':>10}last error: " + error.replace("\n", "\n" + " " * 22))
     click.echo(f"{plural(len(events), 'event')}.")
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` on one line, cut before the word that would pass ``limit`` (a word longer than half of it is cut)."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[:limit]
+    space = cut.rfind(" ")
+    return f"{cut[:space] if space > limit // 2 else cut} ... (--verbose: the whole error)"
 
 
 Action = Callable[[Resources, str, str | None], Awaitable[Outcome]]

@@ -5,7 +5,9 @@ that arrived by the time its read began. It asks here, never writing
 ``webhook_event`` itself:
 
 - :func:`covered`: whether it covers any (a sync with nothing to cover skips
-  its read), and the last of them stored: the cause its journal rows name;
+  its read), when the latest of them arrived (a read that began after that
+  covers them all: :func:`newest_covered`), and the last of them stored: the
+  cause its journal rows name;
 - :func:`mark_covered`: in the sync's own transaction, with what it wrote,
   they are processed; :func:`count_processed` counts them after the commit;
 - :func:`fail_covered`: a transient failure counts an attempt of each (so the
@@ -36,7 +38,8 @@ Processed = Sequence[tuple[str, float | None]]
 
 @dataclass(frozen=True)
 class Covered:
-    count: int
+    newest_at: datetime | None
+    """When the latest of them arrived (None: the sync covers none)."""
     newest: int | None
     """The inbox row id of the last event stored among them: what the sync's changes are journaled as caused by
     (the read found the state that event, and every one before it, announced)."""
@@ -44,6 +47,11 @@ class Covered:
 
 async def covered(db: Database, subject: str, read_began: datetime) -> Covered:
     return Covered(*await Inbox(db).covered(subject, read_began))
+
+
+async def newest_covered(db: Database, subject: str, read_began: datetime) -> datetime | None:
+    """When the latest event a sync of ``subject`` whose read began at ``read_began`` covers arrived (None: none)."""
+    return (await covered(db, subject, read_began)).newest_at
 
 
 async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> Processed:

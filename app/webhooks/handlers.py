@@ -10,7 +10,10 @@ only if a loaded module routes its type, and the worker runs what it routes to.
 
 Each also decides, from the verified body, the event's :class:`EventKeys`: its
 tenant (whose turn it takes in the provider's queue) and, for synced events,
-its subject. The intake stores both with the row.
+its subject. The intake stores both with the row. A body may say less than the
+module's own tables know (a Stripe thin event names a subscription, billing
+knows its customer): :class:`SyncedEvents` may add ``known``, asked after the
+body's keys when the event is stored (:func:`stored_keys`).
 """
 
 from __future__ import annotations
@@ -138,6 +141,15 @@ class EventRoutes:
         await handler(context)
 
 
+class KnownKeys(Protocol):
+    """The event's keys refined by what the owning module's tables already hold (the body's ``keys`` otherwise).
+
+    An optimization only, never needed for correctness: a sync of the body's subject learns what this could not.
+    """
+
+    async def __call__(self, resources: Resources, event_type: str, payload: Payload, keys: EventKeys) -> EventKeys: ...
+
+
 class SyncRequest(Protocol):
     """Ask for a sync of ``subject`` that begins after ``received_at`` (the module that owns it decides how).
 
@@ -177,6 +189,8 @@ class SyncedEvents:
     backfill: EventSource | None = None
     preview: SyncPreview | None = None
     """What ``webhooks replay --dry-run`` runs for an event (None: its events have no dry run)."""
+    known: KnownKeys | None = None
+    """What the module's tables add to the body's keys when the event is stored (``stored_keys``)."""
 
     def handles(self, event_type: str) -> bool:
         return route_for(self.subjects, event_type) is not None
@@ -192,7 +206,7 @@ class SyncedEvents:
         """Only an event whose body names no subject is handled as itself: nothing says what to read."""
         raise PermanentError(
             f"{context.event.provider} {context.event.type} event {context.event.event_id} names no object to read "
-            "back (its data.object lacks the id this type is read by): nothing says what changed."
+            "back (its data.object, or a thin event's related_object, lacks a usable id): nothing says what changed."
         )
 
 
@@ -227,3 +241,19 @@ def event_keys(modules: Sequence[FeatureModule], provider: str) -> Callable[[str
         return keys(event_type, payload) if keys is not None else EventKeys()
 
     return of
+
+
+StoredKeys = Callable[[Resources, str, Payload], Awaitable[EventKeys]]
+
+
+def stored_keys(modules: Sequence[FeatureModule], provider: str) -> StoredKeys:
+    """The keys the inbox stores an event of ``provider`` with (intake, backfill): the body's (:func:`event_keys`),
+    refined by what the handling module's tables know (``SyncedEvents.known``)."""
+    of = event_keys(modules, provider)
+    known = getattr(find_handler(modules, provider), "known", None)
+
+    async def keys(resources: Resources, event_type: str, payload: Payload) -> EventKeys:
+        found = of(event_type, payload)
+        return found if known is None else await known(resources, event_type, payload, found)
+
+    return keys

@@ -20,7 +20,7 @@ from app.core.request_context import current_request_id
 from app.core.resources import Resources
 from app.webhooks.client_ip import rate_limit_key
 from app.webhooks.guards import VerifiedDelivery
-from app.webhooks.handlers import EventKeys, Payload
+from app.webhooks.handlers import StoredKeys
 from app.webhooks.inbox import Inbox, StoredEvent
 from app.webhooks.jobs import queue_processing
 from app.webhooks.payload import encode_for_inbox, normalized_for_inbox
@@ -53,8 +53,8 @@ class WebhookIntake:
     provider: WebhookProvider
     handles: Callable[[str], bool]
     """Whether a loaded module handles an event type (``handled_types``); others are acknowledged and dropped."""
-    keys: Callable[[str, Payload], EventKeys]
-    """The event's tenant and sync subject, as the module that handles it decides them (``event_keys``)."""
+    keys: StoredKeys
+    """The event's tenant and sync subject, as the module that handles it decides them (``stored_keys``)."""
     limiter: SlidingWindowRateLimiter
     refusals: RefusalLog
     resources: Resources
@@ -87,7 +87,7 @@ class WebhookIntake:
                 name,
                 event.event_id,
             )
-        keys = self.keys(event.event_type, event.payload)
+        keys = await self.keys(self.resources, event.event_type, event.payload)
         try:
             stored = await Inbox(self.resources.db).store(
                 name,

@@ -47,7 +47,7 @@ class ProcessWebhookEventJob(Job[ProcessWebhookEventData]):
 _JOBS: dict[str, type[ProcessWebhookEventJob]] = {}
 
 
-def processing_job(provider: str, queue: QueueName | None = None) -> type[ProcessWebhookEventJob]:
+def processing_job(provider: str, queue: str | None = None) -> type[ProcessWebhookEventJob]:
     """The job class of ``provider``'s events: ``ProcessStripeEventJob``, made once per process, for a provider
     with a queue of its own (``WebhookProvider.queue``, given where it is set up); else the shared one."""
     known = _JOBS.get(provider)

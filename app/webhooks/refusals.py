@@ -4,8 +4,8 @@ Each refusal (400, 408, 413, 429) is logged at warning level with its reason,
 provider and client, at most one line per provider and reason each minute; the
 line counts the refusals since the previous one, so a flood costs one line a
 minute and still says how big it was. It is counted in the metrics too, and
-per minute in Redis (shared by every API process), which the operations page
-sums to "refused in the last hour".
+per provider, reason and minute in Redis (shared by every API process), which
+the operations page sums to "refused in the last hour", and shows by reason.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class RefusalLog:
     def record(self, provider: str, reason: Refusal, client: str, detail: str) -> None:
         child(DELIVERIES, provider, reason.value).inc()
         if self.redis is not None:
-            task = asyncio.get_running_loop().create_task(self._count(provider))
+            task = asyncio.get_running_loop().create_task(self._count(provider, reason))
             self._counting.add(task)
             task.add_done_callback(self._counting.discard)
         tally = self._tallies.setdefault((provider, reason), _Tally())
@@ -77,10 +77,10 @@ class RefusalLog:
         tally.unlogged = 0
         tally.next_line_at = now + self.interval_seconds
 
-    async def _count(self, provider: str) -> None:
+    async def _count(self, provider: str, reason: Refusal) -> None:
         """Best effort, bounded: a refusal is never slowed or failed by Redis."""
         assert self.redis is not None
-        key = minute_key(self.namespace, provider, int(time.time() // 60))
+        key = minute_key(self.namespace, provider, reason, int(time.time() // 60))
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             async with asyncio.timeout(COUNT_TIMEOUT_SECONDS):
                 async with self.redis.pipeline(transaction=False) as pipe:
@@ -89,15 +89,23 @@ class RefusalLog:
                     await pipe.execute()
 
 
-def minute_key(namespace: str, provider: str, minute: int) -> str:
-    return f"{namespace}refused:{provider}:{minute}"
+def minute_key(namespace: str, provider: str, reason: Refusal, minute: int) -> str:
+    return f"{namespace}refused:{provider}:{reason.value}:{minute}"
+
+
+async def refused_by_reason_last_hour(redis: Redis, namespace: str, providers: list[str]) -> dict[str, dict[str, int]]:
+    """Refusals per provider and reason (``Refusal``'s values) in the last 60 minutes, every API process's."""
+    now = int(time.time() // 60)
+    counts: dict[str, dict[str, int]] = {}
+    for provider in providers:
+        counts[provider] = {}
+        for reason in Refusal:
+            values = await redis.mget([minute_key(namespace, provider, reason, now - back) for back in range(60)])
+            counts[provider][reason.value] = sum(int(value) for value in values if value is not None)
+    return counts
 
 
 async def refused_last_hour(redis: Redis, namespace: str, providers: list[str]) -> dict[str, int]:
     """Refusals per provider in the last 60 minutes, every API process's."""
-    now = int(time.time() // 60)
-    counts = {}
-    for provider in providers:
-        values = await redis.mget([minute_key(namespace, provider, now - back) for back in range(60)])
-        counts[provider] = sum(int(value) for value in values if value is not None)
-    return counts
+    by_reason = await refused_by_reason_last_hour(redis, namespace, providers)
+    return {provider: sum(reasons.values()) for provider, reasons in by_reason.items()}

@@ -21,6 +21,7 @@ __all__ = [
     "SignatureError",
     "VerifiedEvent",
     "Verifier",
+    "checking_handled",
     "decode_payload",
     "signature_header",
 ]
@@ -64,6 +65,23 @@ class VerifiedEvent:
 
 
 Verifier = Callable[[bytes, Headers], VerifiedEvent]
+
+
+def checking_handled(
+    verify: Verifier, handles: Callable[[str], bool], check: Callable[[VerifiedEvent], None] | None
+) -> Verifier:
+    """``verify``, then ``check`` on a body whose type a loaded module handles: what no handler could use is refused
+    with the signature's checks (400), while a type nobody handles is still answered 200 and dropped."""
+    if check is None:
+        return verify
+
+    def verify_and_check(body: bytes, headers: Headers) -> VerifiedEvent:
+        event = verify(body, headers)
+        if handles(event.event_type):
+            check(event)
+        return event
+
+    return verify_and_check
 
 
 def signature_header(headers: Headers, name: str) -> str:

@@ -13,9 +13,12 @@ from app.core.module import FeatureModule
 from app.core.sentry import init_sentry
 from app.core.settings import SettingsError, get_settings
 from app.queue.crons import Clock
-from app.queue.queues import QueueName
 from app.queue.registry import JobRegistry
-from app.runtime import WORKER_MODULES, open_resources  # the one import upward: entry points read the composition root
+from app.runtime import (  # the one import upward: entry points read the composition root
+    WORKER_MODULES,
+    all_modules,
+    open_resources,
+)
 from app.worker.process import WorkerProcess
 
 
@@ -29,9 +32,10 @@ def select_queues(registry: JobRegistry, option: str) -> list[str]:
         return [str(queue) for queue in loaded]
     chosen: list[str] = []
     for name in (part.strip() for part in option.split(",") if part.strip()):
-        if name not in {str(queue) for queue in QueueName}:
+        if name not in registry.known_queues():
             raise SettingsError(
-                f"--queues: {name!r} is not a queue: use some of {', '.join(QueueName)} (app/queue/queues.py)."
+                f"--queues: {name!r} is not a queue: use some of {', '.join(registry.known_queues())} (the "
+                "starter's in app/queue/queues.py, a module's in its MODULE)."
             )
         if name not in loaded:
             raise SettingsError(
@@ -51,7 +55,7 @@ def run_worker(
         settings = get_settings()
         configure_logging(settings)
         init_sentry(settings, "worker")
-        registry = JobRegistry.from_modules([*WORKER_MODULES, *extra_modules])
+        registry = JobRegistry.from_modules([*WORKER_MODULES, *extra_modules], elsewhere=all_modules())
         served = select_queues(registry, queues)
         resources = open_resources(settings, registry.modules, pool_size=max(10, settings.worker_max_jobs))
 

@@ -225,7 +225,7 @@ class WorkerProcess:
             self._redis_checked = True
             await check_redis_policy(ctx["redis"])
             if self.all_queues:
-                await report_unserved_queues(ctx["redis"], self.settings, self.queues)
+                await report_unserved_queues(ctx["redis"], self.settings, self.queues, self.registry.known_queues())
 
         return on_startup
 

@@ -72,9 +72,9 @@ async def check_redis_policy(redis: Redis) -> None:
         )
 
 
-async def report_unserved_queues(redis: Redis, settings: Settings, served: list[str]) -> None:
-    """Jobs waiting on a queue no loaded module uses: their module is not listed, so nothing runs them."""
-    for queue in QueueName:
+async def report_unserved_queues(redis: Redis, settings: Settings, served: list[str], known: list[str]) -> None:
+    """Jobs waiting on a known queue no loaded module uses: their module is not listed, so nothing runs them."""
+    for queue in known:
         if queue in served:
             continue
         key = queue_key(settings, queue)

@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from app.identity.jobs import IDENTITY_QUEUE
 from app.queue.queues import QueueName
 from bench.soak.clerk_state import ClerkControl
 from bench.soak.cluster import REDIS_NAMESPACE, Cluster
@@ -28,7 +29,7 @@ DRAINED_QUEUES = tuple(
         QueueName.WEBHOOK_STRIPE,
         QueueName.WEBHOOK_CLERK,
         QueueName.STRIPE_SYNC,
-        QueueName.BILLING,
+        IDENTITY_QUEUE,
     )
 )
 

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import select
 
 from app.billing import module as billing
-from app.billing.handlers import STRIPE_EVENTS
 from app.billing.models import BillingSync
 from app.billing.sync import StripeSyncData, run_sync
 from app.core.resources import Resources
@@ -21,6 +20,7 @@ from app.runtime import open_resources as open_app_resources
 from app.testing import Delivery, signed_stripe_delivery, stripe_event, stripe_subscription
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
+from app.webhooks.handlers import stored_keys
 from app.webhooks.inbox import Inbox
 from app.webhooks.payload import decode_payload
 from app.webhooks.processing import process_event
@@ -81,7 +81,7 @@ async def workspace_row(resources: Resources, workspace_id: int) -> Workspace:
 async def store(resources: Resources, delivery: Delivery) -> int:
     """Stored as the intake stores it (with its tenant and sync subject), not processed: its row id."""
     payload = decode_payload(delivery.body)
-    keys = STRIPE_EVENTS.keys(delivery.event_type, payload)
+    keys = await stored_keys([billing.MODULE], "stripe")(resources, delivery.event_type, payload)
     stored = await Inbox(resources.db).store(
         "stripe",
         delivery.event_id,

@@ -14,7 +14,7 @@ from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
 from app.queue.cli import run_cron_now
 from app.runtime import open_resources as open_app_resources
-from app.testing import stripe_event, stripe_subscription
+from app.testing import stripe_event, stripe_subscription, stripe_thin_event
 from app.testing.processes import child_env
 from app.testing.stripe_stub import StripeStub
 from app.webhooks.backfill import backfill, event_sources
@@ -137,3 +137,72 @@ def test_the_command_says_what_it_did(billing_env: dict[str, str], stripe_stub: 
         run("webhooks", "backfill", "stripe", "--since", "2h") == "Backfilled 1 Stripe event (0 already in the inbox)."
     )
     assert run("webhooks", "backfill", "stripe") == "Backfilled 0 Stripe events (1 already in the inbox)."
+
+
+def listed_thin(stub: StripeStub, event_type: str, age_seconds: int, related_id: str = "in_gap") -> dict[str, object]:
+    created = datetime.now(UTC) - timedelta(seconds=age_seconds)
+    return stub.put_thin_event(stripe_thin_event(event_type, related_id, created=created))
+
+
+async def test_with_thin_payloads_the_backfill_stores_exactly_the_missing_thin_events_and_none_with_snapshot_alone(
+    open_resources: OpenResources, stripe_stub: StripeStub, sentry_enabled: SentryIngestStub
+) -> None:
+    delivered = [listed_thin(stripe_stub, "v1.invoice.paid", HOUR * n) for n in (1, 2)]
+    lost = [
+        listed_thin(stripe_stub, "v1.customer.subscription.updated", HOUR * 3, "sub_gap"),
+        listed_thin(stripe_stub, "v1.invoice.payment_failed", HOUR * 4),
+        listed_thin(stripe_stub, "v1.refund.failed", HOUR * 5, "re_gap"),
+    ]
+    listed_thin(stripe_stub, "v1.charge.captured", HOUR, "ch_gap")  # a type billing does not handle
+    listed_thin(stripe_stub, "v1.invoice.paid", HOUR * 80)  # before the window
+    lost_snapshot = listed(stripe_stub, "invoice.paid", HOUR)
+    resources = await open_resources(MESSAGE_QUEUE_DRIVER="arq", SENTRY_DSN=sentry_enabled.dsn)
+    inbox = Inbox(resources.db)
+    for event in delivered:
+        await inbox.store("stripe", str(event["id"]), str(event["type"]), '{"id": "x", "type": "y"}')
+    source = event_sources(resources.modules)["stripe"]
+
+    snapshot_alone = await backfill(resources, "stripe", source, *window())
+    assert snapshot_alone.summary() == "Backfilled 1 Stripe event (0 already in the inbox)."
+    assert not [path for _, path in stripe_stub.requests if path.startswith("/v2/")]
+    assert await inbox.missing("stripe", [str(e["id"]) for e in lost]) == {str(e["id"]) for e in lost}
+
+    moving = await open_resources(MESSAGE_QUEUE_DRIVER="arq", STRIPE_EVENT_PAYLOADS="snapshot,thin")
+    first = await backfill(moving, "stripe", source, *window())
+    again = await backfill(moving, "stripe", source, *window())
+
+    assert first.summary() == "Backfilled 3 Stripe events (3 already in the inbox)."  # 2 thin delivered, 1 snapshot
+    assert again.summary() == "Backfilled 0 Stripe events (6 already in the inbox)."
+    assert first.oldest is not None and first.oldest.event_id == lost[-1]["id"]
+    stored = {row.event_id: row for event in lost for row in await inbox.find(str(event["id"]), "stripe")}
+    assert {(row.type, row.tenant_key, row.sync_subject) for row in stored.values()} == {
+        ("v1.customer.subscription.updated", "sub_gap", "subscription:sub_gap"),
+        ("v1.invoice.payment_failed", "in_gap", "invoice:in_gap"),
+        ("v1.refund.failed", "re_gap", "refund:re_gap"),
+    }
+    for row in stored.values():
+        assert await moving.queue.state(deduplication_id(row.id), "webhook-stripe-queue") == "queued"
+    assert str(lost_snapshot["id"]) not in {row.event_id for row in stored.values()}
+
+    thin_alone = await open_resources(MESSAGE_QUEUE_DRIVER="arq", STRIPE_EVENT_PAYLOADS="thin")
+    asked_before = len(stripe_stub.requests)
+    assert (await backfill(thin_alone, "stripe", source, *window())).summary() == (
+        "Backfilled 0 Stripe events (5 already in the inbox)."
+    )
+    assert {path for _, path in stripe_stub.requests[asked_before:]} == {"/v2/core/events"}
+
+
+async def test_the_thin_backfill_follows_every_next_page_url(
+    open_resources: OpenResources, stripe_stub: StripeStub
+) -> None:
+    resources = await open_resources(MESSAGE_QUEUE_DRIVER="arq", STRIPE_EVENT_PAYLOADS="thin")
+    types = ["v1.customer.subscription.updated", "v1.radar.early_fraud_warning.updated", "v1.refund.failed"]
+    for n in range(240):
+        listed_thin(stripe_stub, types[n % 3], 60 + n, f"obj_{n}")
+    source = event_sources(resources.modules)["stripe"]
+    report = await backfill(resources, "stripe", source, *window())
+    assert (report.stored, report.already) == (240, 0)
+    paths = [path for _, path in stripe_stub.requests]
+    # 80 events of the first group of 20 types (the checkout's and subscriptions': 1 page), 160 of the second group
+    # (2 pages of 100: the second through the first's next_page_url)
+    assert paths == ["/v2/core/events"] * 4

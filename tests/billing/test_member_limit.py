@@ -121,7 +121,7 @@ async def test_a_member_limit_job_staged_while_redis_refuses_is_relayed_and_run_
     async def suspended() -> list[int]:
         return [m for m, at in (await _suspensions(pipeline, linked_workspace)).items() if at is not None]
 
-    async with worker_starter(settings_env, "--queues", "billing-queue") as start_worker:
+    async with worker_starter(settings_env, "--queues", "identity-queue") as start_worker:
         await start_worker()
         # The two oldest members keep their seats; the three newest are suspended.
         assert await wait_for(suspended, 10, "the worker to apply the member limit") == members[2:]

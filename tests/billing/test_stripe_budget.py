@@ -168,7 +168,7 @@ async def test_callers_waiting_for_the_budget_are_given_their_turns_and_never_ex
             asked += 1
             return await _script(*args, **kwargs)  # type: ignore[operator]
 
-        budget._script = counted  # type: ignore[method-assign]
+        budget._script = counted  # type: ignore[assignment]
     started = time.monotonic()
     await asyncio.gather(*(one_call(budgets[n % 2]) for n in range(30)))
     assert asked == 30

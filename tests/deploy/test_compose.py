@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -45,13 +46,15 @@ SETTINGS_SOURCE = ROOT / "app" / "core" / "settings.py"
 VENV_BIN = Path(sys.executable).parent  # the interpreter running the tests is the project's venv
 
 IMAGE_SERVICES = ("migrate", "app", "worker", "webhook-retry-abandoned")
-SHARED_KEYS = ("image", "build", "env_file", "environment")
+SHARED_KEYS = ("image", "env_file", "environment")
 # What a service may add to the shared environment: the API's processes share their metrics.
 OWN_ENVIRONMENT = {"app": {"PROMETHEUS_MULTIPROC_DIR"}}
 MONITORING_SERVICES = ("prometheus", "grafana")
 PROMETHEUS_DIR = DEPLOY / "prometheus"
-# What Compose itself would substitute: deploy/.env holds the Postgres password.
-COMPOSE_VARIABLES = {"POSTGRES_PASSWORD": "compose-check-password"}
+# What Compose itself would substitute: deploy/.env holds the Postgres password and the release's image.
+COMPOSE_VARIABLES = {"POSTGRES_PASSWORD": "compose-check-password", "APP_IMAGE": "saas-jobs-inbox:v1.0.0"}
+GATEWAY_TRUSTED = "TRUSTED_PROXIES=172.30.0.1/32"
+"""How docs/deploy.md and the example name the compose network's gateway, the address a proxy on the host uses."""
 # Unreachable servers: the commands must answer --help without them.
 HARMLESS_URLS = {"DATABASE_URL": "postgresql+asyncpg://u@127.0.0.1:1/x", "REDIS_URL": "redis://127.0.0.1:1/0"}
 WORKER_MISSING = "No such command 'worker'"
@@ -288,8 +291,8 @@ def test_services_share_one_settings_anchor() -> None:
         assert all(value == values["app"] for value in values.values()), f"{key} differs: {values}"
 
     shared = services["app"]
-    assert shared["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert (DEPLOY / shared["build"]["context"] / shared["build"]["dockerfile"]).resolve() == DOCKERFILE
+    assert shared["image"] == COMPOSE_VARIABLES["APP_IMAGE"]
+    assert not [name for name, spec in services.items() if "build" in spec], "`up` must never build: make image does"
     assert ".env.production" in [entry if isinstance(entry, str) else entry["path"] for entry in shared["env_file"]]
     environment = shared["environment"]
     assert environment["APP_ENV"] == "production"
@@ -362,9 +365,77 @@ def test_postgres_keeps_its_data_on_a_volume_and_reports_ready_over_tcp() -> Non
     assert database_url.path.lstrip("/") == postgres["environment"]["POSTGRES_DB"]
 
 
-def test_compose_refuses_to_start_without_the_postgres_password() -> None:
-    with pytest.raises(KeyError, match="POSTGRES_PASSWORD"):
-        interpolate(yaml.safe_load(COMPOSE.read_text()), {})
+def test_compose_refuses_to_start_without_the_postgres_password_or_the_release_s_image() -> None:
+    for name in COMPOSE_VARIABLES:
+        with pytest.raises(KeyError, match=name):
+            interpolate(
+                yaml.safe_load(COMPOSE.read_text()), {key: v for key, v in COMPOSE_VARIABLES.items() if key != name}
+            )
+
+
+# --- what a deployer gets by default ---------------------------------------------------------------
+
+
+def published(name: str, variables: Mapping[str, str] = COMPOSE_VARIABLES) -> list[tuple[str, str, str]]:
+    """A service's published ports as (host address, host port, container port), from the short syntax."""
+    ports = interpolate(yaml.safe_load(COMPOSE.read_text()), variables)["services"][name].get("ports", [])
+    found = []
+    for port in ports:
+        parts = str(port).split(":")  # [ADDRESS:]HOST_PORT:CONTAINER_PORT (no IPv6 literal here)
+        found.append((parts[0] if len(parts) == 3 else "", parts[-2], parts[-1]))
+    return found
+
+
+def test_every_published_port_is_on_the_host_s_loopback_unless_api_port_says_otherwise() -> None:
+    services = compose_file()["services"]
+    every = {name: published(name) for name in services if services[name].get("ports")}
+    assert every["app"] == [("127.0.0.1", "8000", "8000")]
+    assert all(address == "127.0.0.1" for ports in every.values() for address, _, _ in ports), every
+    elsewhere = published("app", {**COMPOSE_VARIABLES, "API_PORT": "10.0.0.5:8080"})
+    assert elsewhere == [("10.0.0.5", "8080", "8000")]
+
+
+def test_the_network_s_gateway_is_pinned_and_is_the_proxy_address_the_docs_trust() -> None:
+    import ipaddress
+
+    (pool,) = compose_file()["networks"]["default"]["ipam"]["config"]
+    subnet, gateway = ipaddress.ip_network(pool["subnet"]), ipaddress.ip_address(pool["gateway"])
+    assert gateway in subnet and subnet.is_private
+    assert f"TRUSTED_PROXIES={gateway}/32" == GATEWAY_TRUSTED
+    for path in (COMPOSE, ENV_EXAMPLE, ROOT / "docs" / "deploy.md"):
+        assert GATEWAY_TRUSTED in path.read_text() or str(gateway) in path.read_text(), path
+    assert GATEWAY_TRUSTED in (ROOT / "docs" / "deploy.md").read_text()
+    settings = load_settings(harmless_env(TRUSTED_PROXIES=GATEWAY_TRUSTED.split("=", 1)[1]))
+    assert [str(network) for network in settings.trusted_proxies] == [f"{gateway}/32"]
+
+
+def test_postgres_and_redis_are_pinned_to_a_minor_version_and_the_backup_uses_the_server_s_image() -> None:
+    services = compose_file()["services"]
+    assert re.fullmatch(r"postgres:\d+\.\d+", services["postgres"]["image"]), services["postgres"]["image"]
+    assert re.fullmatch(r"redis:\d+\.\d+(\.\d+)?", services["redis"]["image"]), services["redis"]["image"]
+    for name in ("backup", "restore"):
+        assert services[name]["image"] == services["postgres"]["image"], name
+        assert services[name]["profiles"] == ["tools"] and services[name]["restart"] == "no", name
+        assert services[name]["environment"]["PGHOST"] == "postgres"
+        assert services[name]["volumes"] == ["./backups:/backups"]
+    assert "backups/" in (DEPLOY / ".gitignore").read_text().splitlines()
+    backup = " ".join(services["backup"]["command"])
+    assert "pg_dump --format=custom --file=/backups/saas-" in backup and "-mtime +14 -delete" in backup
+    restore = services["restore"]["entrypoint"]
+    assert restore[0] == "pg_restore" and {"--clean", "--if-exists", "--single-transaction"} <= set(restore)
+
+
+def test_the_worker_is_healthy_while_its_heartbeat_is_fresh() -> None:
+    from app.queue.heartbeat import ALIVE_WITHIN_SECONDS, BEAT_SECONDS
+
+    check = service("worker")["healthcheck"]
+    assert check["test"] == ["CMD", "python", "-m", "app.worker.health"]
+    assert importlib.util.find_spec("app.worker.health") is not None
+    # A beat is due every BEAT_SECONDS; a check fails only when none came within ALIVE_WITHIN_SECONDS, and
+    # the container turns unhealthy after `retries` failed checks in a row.
+    assert BEAT_SECONDS < ALIVE_WITHIN_SECONDS <= seconds(check["interval"]) * check["retries"]
+    assert seconds(check["timeout"]) < seconds(check["interval"])
+    assert seconds(check["start_period"]) >= BEAT_SECONDS
 
 
 # --- metrics and the monitoring profile ------------------------------------------------------------

@@ -12,9 +12,13 @@ non-root user. Two things differ, both because the containers use this machine's
 
 Then, from outside only (rows in Postgres, /metrics, exit codes, logs): `migrate` completes, the API's
 healthcheck turns healthy, signed Stripe and Clerk deliveries are processed by the worker container,
-/metrics counts them whichever API process answers, `docker stop` lets the worker finish a job held up
-by a row lock and exit 0 within its grace period, the `webhook-retry-abandoned` one-off reopens a
-set-aside event, and nothing in the image is writable by the user it runs as.
+/metrics counts them whichever API process answers, the worker's healthcheck (its heartbeat) turns healthy,
+`docker stop` lets the worker finish a job held up by a row lock and exit 0 within its grace period, the
+`webhook-retry-abandoned` one-off reopens a set-aside event, nothing in the image is writable by the user it
+runs as, and a backup restores: the `backup` service's command dumps the database, the `restore` service's
+command restores the dump into a fresh database, and an API container started on it finds the restored
+events (a redelivery is a duplicate). No image can be pulled here: those two services' commands run with this
+machine's pg_dump and pg_restore in place of the `postgres` image, their `/backups` a folder of the test.
 
 Skipped, with the reason, when no container engine can run here. As root with no engine running, the
 test starts `dockerd --bridge=none --iptables=false` itself and stops it at the end. The base image is
@@ -27,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import shlex
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from subprocess import PIPE, STDOUT
 from typing import Any
@@ -69,6 +75,8 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "saas-jobs-inbox:test"
 # What Compose would read from deploy/.env: the API's processes, the image. No Postgres runs in a container.
 COMPOSE_VARIABLES = {"POSTGRES_PASSWORD": "unused-by-this-test", "WEB_CONCURRENCY": "2", "APP_IMAGE": IMAGE}
+# The libpq variables the backup and restore services set, all of which the test points at its own database.
+POSTGRES_CLIENT_ENV = {"PGHOST", "PGUSER", "PGDATABASE", "PGPASSWORD"}
 # The two settings Compose points at its own services; here they point at the test's servers.
 SERVER_URLS = ("DATABASE_URL", "REDIS_URL")
 # Keys of a service this test applies to its `docker run`; the others it knows Compose uses for ordering,
@@ -120,11 +128,12 @@ class Containers:
     def name(self, service: str) -> str:
         return f"saas-jobs-test-{self.run_id}-{service}"
 
-    def run_args(self, service: str) -> list[str]:
+    def run_args(self, service: str, name: str | None = None) -> list[str]:
         spec = self.services[service]
         unknown = set(spec) - APPLIED - NOT_APPLIED
         assert not unknown, f"deploy/compose.yml's {service} sets {sorted(unknown)}: apply it in Containers.run_args"
-        args = ["--name", self.name(service), "--network", "host", "--label", f"saas-jobs-inbox.test={self.run_id}"]
+        name = name or self.name(service)
+        args = ["--name", name, "--network", "host", "--label", f"saas-jobs-inbox.test={self.run_id}"]
         if spec.get("init"):
             args.append("--init")
         args += ["--restart", str(spec.get("restart", "no"))]
@@ -146,21 +155,19 @@ class Containers:
             args += ["--stop-signal", spec["stop_signal"]]
         if "stop_grace_period" in spec:
             args += ["--stop-timeout", str(int(seconds(spec["stop_grace_period"])))]
-        healthcheck = spec.get("healthcheck")
-        if healthcheck is not None:
-            assert healthcheck == {"disable": True}, f"{service}: apply its healthcheck {healthcheck} here"
-            args.append("--no-healthcheck")
+        args += health_args(service, spec.get("healthcheck"))
         command = [str(part) for part in spec["command"]]
         return [*args, spec["image"], *command]
 
     def command(self, service: str) -> list[str]:
         return [str(part) for part in self.services[service]["command"]]
 
-    def start(self, service: str) -> str:
-        """`docker compose up -d` of one service."""
-        self.names.append(self.name(service))
-        container_engine.docker("run", "--detach", *self.run_args(service), timeout=60)
-        return self.name(service)
+    def start(self, service: str, name: str | None = None) -> str:
+        """`docker compose up -d` of one service (``name``: a second container of it)."""
+        name = name or self.name(service)
+        self.names.append(name)
+        container_engine.docker("run", "--detach", *self.run_args(service, name), timeout=60)
+        return name
 
     def run_once(self, service: str) -> subprocess.CompletedProcess[str]:
         """`docker compose run --rm` of a one-off: its exit code and output."""
@@ -180,6 +187,46 @@ class Containers:
     def remove_all(self) -> None:
         for name in self.names:
             container_engine.docker("rm", "--force", "--volumes", name, timeout=60, check=False)
+
+
+def health_args(service: str, healthcheck: dict[str, Any] | None) -> list[str]:
+    """A compose healthcheck as `docker run` options (none: the image's own)."""
+    if healthcheck is None:
+        return []
+    if healthcheck == {"disable": True}:
+        return ["--no-healthcheck"]
+    kind, *test = healthcheck["test"]
+    assert kind == "CMD", f"{service}: apply its healthcheck's {kind} form here"
+    args = ["--health-cmd", shlex.join(test)]  # docker run takes the shell form; the words are the same
+    for key in ("interval", "timeout", "start_period"):
+        if key in healthcheck:
+            args += [f"--health-{key.replace('_', '-')}", f"{int(seconds(healthcheck[key]))}s"]
+    if "retries" in healthcheck:
+        args += ["--health-retries", str(healthcheck["retries"])]
+    return args
+
+
+def postgres_client(service: str, url: str, backups: Path, args: list[str] | None = None) -> str:
+    """A backup or restore service's command run here, on ``url``'s database, with ``backups`` as ``/backups``.
+
+    The service's entrypoint and command (or ``args`` in place of the command, as `docker compose run --rm
+    SERVICE ARGS` gives them), its libpq variables pointed at the test's server and database, Compose's
+    ``$$`` made ``$``, and its ``--dbname=saas`` made the database of ``url``."""
+    spec = compose_services()[service]
+    assert set(spec["environment"]) == POSTGRES_CLIENT_ENV, f"{service}: point {sorted(spec['environment'])} here"
+    assert spec["volumes"] == ["./backups:/backups"], spec["volumes"]
+    target = make_url(url)
+    env = {"PATH": os.environ["PATH"], "PGHOST": str(target.host), "PGPORT": str(target.port or 5432)}
+    env |= {"PGUSER": str(target.username), "PGDATABASE": str(target.database), "PGPASSWORD": target.password or ""}
+    argv = [str(part) for part in [*spec.get("entrypoint", []), *(args if args is not None else spec["command"])]]
+    argv = [part.replace("$$", "$").replace("/backups", str(backups)) for part in argv]
+    argv = [
+        f"--dbname={target.database}" if part == f"--dbname={spec['environment']['PGDATABASE']}" else part
+        for part in argv
+    ]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"{service}: {shlex.join(argv)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+    return done.stdout
 
 
 # --- fixtures --------------------------------------------------------------------------------------
@@ -217,13 +264,28 @@ def image(engine: None) -> str:
     return IMAGE
 
 
+@contextlib.asynccontextmanager
+async def empty_database(base_url: str, prefix: str) -> AsyncIterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    url = await create_database(base_url, name)
+    try:
+        yield url
+    finally:
+        await drop_database(base_url, name)
+
+
 @pytest.fixture
-async def image_database(base_database_url: str) -> Any:
+async def image_database(base_database_url: str) -> AsyncIterator[str]:
     """An empty database: the `migrate` container creates the schema."""
-    name = f"image_{uuid.uuid4().hex[:12]}"
-    url = await create_database(base_database_url, name)
-    yield url
-    await drop_database(base_database_url, name)
+    async with empty_database(base_database_url, "image") as url:
+        yield url
+
+
+@pytest.fixture
+async def restored_database(base_database_url: str) -> AsyncIterator[str]:
+    """An empty database the backup is restored into."""
+    async with empty_database(base_database_url, "restored") as url:
+        yield url
 
 
 @pytest.fixture
@@ -262,13 +324,13 @@ def post(api: str, provider: str, delivery: Delivery) -> None:
     assert response.status_code == 200, f"{provider} delivery answered {response.status_code}: {response.text}"
 
 
-def delivery_counts(api: str, token: str) -> dict[str, float]:
+def delivery_counts(api: str, token: str, outcome: str = "stored") -> dict[str, float]:
     response = httpx.get(f"{api}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert response.status_code == 200, response.text
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
-            if sample.name == "webhook_deliveries_total" and sample.labels.get("outcome") == "stored":
+            if sample.name == "webhook_deliveries_total" and sample.labels.get("outcome") == outcome:
                 counts[sample.labels["provider"]] = sample.value
     return counts
 
@@ -305,7 +367,12 @@ async def wait_healthy(containers: Containers, name: str, within: float) -> None
 
 
 async def test_the_image_runs_as_the_compose_file_runs_it(
-    image: str, image_database: str, redis_url: str, stripe_api: StripeStub, tmp_path: Path
+    image: str,
+    image_database: str,
+    restored_database: str,
+    redis_url: str,
+    stripe_api: StripeStub,
+    tmp_path: Path,
 ) -> None:
     started = time.monotonic()
     run_id = uuid.uuid4().hex[:8]
@@ -348,6 +415,7 @@ async def test_the_image_runs_as_the_compose_file_runs_it(
         app = containers.start("app")
         worker = containers.start("worker")
         await wait_healthy(containers, app, within=120)
+        await wait_healthy(containers, worker, within=120)  # its heartbeat, read by app.worker.health
         top = container_engine.docker("top", app, "-eo", "pid,args", timeout=30).stdout
         processes = int(option(containers.command("app"), "--workers"))
         assert sum("spawn_main" in line for line in top.splitlines()) == processes, top
@@ -444,6 +512,31 @@ async def test_the_image_runs_as_the_compose_file_runs_it(
         assert f"{uid}:{gid}" == config["User"] and uid != 0
         writable = [path for path in walked[1:] if path and not path.startswith(WRITABLE_ON_PURPOSE)]
         assert not writable, f"writable by the container's user {uid}: {writable[:20]}"
+
+        # The backup of docs/deploy.md restored into a fresh database, and an API serving from it.
+        backups = tmp_path / "backups"
+        backups.mkdir()
+        postgres_client("backup", image_database, backups)
+        (dump,) = backups.glob("saas-*.dump")
+        postgres_client("restore", restored_database, backups, [f"/backups/{dump.name}"])
+        container_engine.docker("stop", app, timeout=60)  # the restored database's API takes the port
+        restored_urls = {"DATABASE_URL": restored_database, "REDIS_URL": redis_url}
+        containers.urls = restored_urls
+        migrated = containers.run_once("migrate")
+        assert migrated.returncode == 0, f"migrate on the restored database:\n{migrated.stdout}{migrated.stderr}"
+        restored_app = containers.start("app", name=containers.name("app-restored"))
+        await wait_healthy(containers, restored_app, within=120)
+        restored = await asyncpg.connect(plain_dsn(restored_database))
+        try:
+            query = "SELECT provider, event_id FROM webhook_event WHERE processed_at IS NOT NULL"
+            assert set(events) <= {(row["provider"], row["event_id"]) for row in await restored.fetch(query)}
+            again = signed_stripe_delivery(stripe_events[0], secrets["stripe"])  # signed anew, the same event
+            post(api, "stripe", again)
+            assert delivery_counts(api, secrets["metrics"], "duplicate") == {"stripe": 1, "clerk": 0}
+            count = "SELECT count(*) FROM webhook_event WHERE event_id = $1"
+            assert await restored.fetchval(count, again.event_id) == 1
+        finally:
+            await restored.close()
         print(f"containers: {time.monotonic() - started:.0f} s")
     finally:
         containers.remove_all()

@@ -4,20 +4,28 @@ its build commands are the ones `make image` and the image test run, and its pro
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.runtime import API_MODULES
+from app.testing.processes import child_env
+from app.testing.stripe_stub import StripeStub
 from app.webhooks.guards import BODY_TIMEOUT_SECONDS
 from app.webhooks.handlers import EventRoutes, SyncedEvents
+from app.webhooks.inbox import Inbox
+from tests.processes import logged_api_process, wait_for, worker_starter
 from tools import container_engine
+from tools.dev_stripe import TRY_SUBSCRIPTION, seed
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
-EVENT_TYPE = re.compile(r"`([a-zA-Z_]+(?:\.(?:[a-zA-Z_]+|\*))+)`")
+EVENT_TYPE = re.compile(r"`([a-zA-Z_][a-zA-Z0-9_]*(?:\.(?:[a-zA-Z_]+|\*))+)`")
 
 
 def subscribed(provider: str) -> list[str]:
@@ -78,6 +86,7 @@ def test_the_guides_build_command_is_what_make_image_runs() -> None:
             "--no-print-directory",
             "-n",
             "image",
+            "IMAGE=saas-jobs-inbox:v1.0.0",
             "DOCKER=/usr/bin/docker",
             "CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt",
         ],
@@ -86,7 +95,7 @@ def test_the_guides_build_command_is_what_make_image_runs() -> None:
         text=True,
         check=True,
     ).stdout
-    make_runs = " ".join(ran.replace("\\\n", " ").split())
+    (make_runs,) = [" ".join(line.split()) for line in ran.replace("\\\n", " ").splitlines() if " build " in line]
     builds = [" ".join(line.split()) for line in lines("Building the image") if " build " in line]
     assert builds == [make_runs]
 
@@ -110,7 +119,72 @@ def test_the_proxy_site_bounds_headers_and_bodies_and_reaches_the_published_api(
         assert re.fullmatch(r"\d+s", single[timeout]) and int(single[timeout][:-1]) <= BODY_TIMEOUT_SECONDS
     assert single["client_max_body_size"] == f"{load_settings({}).webhook_max_body_bytes // 1_048_576}m"
     compose = yaml.safe_load((ROOT / "deploy" / "compose.yml").read_text())["services"]["app"]
-    assert compose["ports"] == ["${API_PORT:-8000}:8000"]
+    assert compose["ports"] == ["${API_PORT:-127.0.0.1:8000}:8000"]
     port = compose["command"][compose["command"].index("--port") + 1]
     assert single["proxy_pass"] == f"http://127.0.0.1:{port}"
     assert headers["X-Forwarded-For"] == "$proxy_add_x_forwarded_for"
+
+
+# --- a Stripe event destination with thin payloads, tried locally ------------------------------------------
+
+
+def thin_sample_line() -> list[str]:
+    """The guide's `make send-test-webhook SAMPLE=...` line, as words."""
+    (line,) = [line for line in lines("A Stripe event destination with thin payloads") if "send-test-webhook" in line]
+    words = shlex.split(line)
+    assert words[:2] == ["make", "send-test-webhook"]
+    return words
+
+
+def test_the_guides_thin_test_webhook_is_what_its_make_target_sends() -> None:
+    words = thin_sample_line()
+    sample = dict(word.split("=", 1) for word in words[2:])["SAMPLE"]
+    make_runs = subprocess.run(
+        ["make", "--no-print-directory", "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert f"-m tools.send_test_webhook --provider stripe --sample {sample} --url http://127.0.0.1:8000" in make_runs
+
+
+@pytest.mark.slow
+async def test_the_guides_thin_test_webhook_is_stored_and_processed_by_a_running_api(
+    settings_env: dict[str, str], resources: Resources, tmp_path: Path
+) -> None:
+    """The guide's `make send-test-webhook SAMPLE=...` line, run as its target runs it, against an API and a worker
+    whose Stripe is `make stripe-stub`'s (serving the try-it subscription the thin event names)."""
+    sample = dict(word.split("=", 1) for word in thin_sample_line()[2:])["SAMPLE"]
+    with StripeStub() as stub:
+        seed(stub)
+        env = {**settings_env, "STRIPE_API_BASE": stub.base_url}
+        async with worker_starter(env) as start:
+            await start()
+            with logged_api_process(env, tmp_path / "api.log") as base_url:
+                sent = send_test_webhook(env, sample, base_url)
+                assert sent.startswith("Sent stripe v1.customer.subscription.updated event evt_")
+                assert ": HTTP 200 " in sent
+                (row,) = await Inbox(resources.db).find(sent.split()[4].rstrip(":"), "stripe")
+                assert row.related_object == f"subscription {TRY_SUBSCRIPTION}"
+                await wait_for(lambda: _processed(resources, row.id), 30, "the thin event to be processed")
+        assert ("GET", f"/v1/subscriptions/{TRY_SUBSCRIPTION}") in stub.requests
+
+
+def send_test_webhook(env: dict[str, str], sample: str, url: str) -> str:
+    """What `make send-test-webhook SAMPLE=...` runs (tools.send_test_webhook, with make's dev environment: ``env``)."""
+    command = [
+        sys.executable,
+        "-m",
+        "tools.send_test_webhook",
+        "--provider",
+        "stripe",
+        "--sample",
+        sample,
+        "--url",
+        url,
+    ]
+    sent = subprocess.run(command, cwd=ROOT, env=child_env(env), capture_output=True, text=True, timeout=60)
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    return sent.stdout
+
+
+async def _processed(resources: Resources, row_id: int) -> bool:
+    record = await Inbox(resources.db).get(row_id)
+    return record is not None and record.processed_at is not None

@@ -4,10 +4,18 @@ The copy gets the project's tracked files; then each guide's blocks are taken
 in order, as a reader takes them: a ```python file=PATH block is written, a
 ```diff file=PATH block applied, and each line of a ```bash run block run as
 the Makefile runs it, against a database made for this test. At the end
-every written, edited and generated file must pass ruff and mypy. The copies,
-the databases and the test's Redis keys are removed at the end. The models and
-jobs guides build the invoices example; the testing guide's examples are test
-files a reader creates and runs, on their own.
+every written, edited and generated file must pass ruff and mypy, and the
+copy's whole fast suite must pass: `make test-fast` there (the guides' own
+test files among it, in place of their `make test PYTEST_ARGS=...` lines),
+and beside it the intake fuzz (slow, so not in `make test-fast`), which holds
+a property of every route the API serves, a route a guide adds included. So a
+guide that breaks any test of the project fails this one. The copy runs on
+this checkout's virtualenv (nothing is installed) with `make test`'s own
+xdist settings, on a Postgres of its own (embedded) beside the test's Redis.
+The copies, the databases, the embedded server and the test's Redis keys are
+removed at the end. The models and jobs guides build the invoices example;
+the testing guide's examples are test files a reader creates and runs, on
+their own.
 
 The project itself may be a tree where a reader followed the guides already
 (their files written, committed or not): the copy leaves out what the guides
@@ -20,11 +28,15 @@ from there make the same files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
@@ -35,6 +47,7 @@ from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
 
 from app.testing.processes import child_env
+from tools import embedded
 from tools.doc_blocks import (
     EXAMPLE_GUIDES,
     Block,
@@ -48,11 +61,16 @@ from tools.doc_blocks import (
     tracked_files,
 )
 
-pytestmark = pytest.mark.slow(40)
+pytestmark = pytest.mark.slow(240)  # the copy's whole fast suite: about as long as `make test-fast`, and more
 
 ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(sys.executable).parent.parent
+"""This checkout's virtualenv (the one running the test), which the copy uses as it is."""
 LITESTAR = [str(Path(sys.executable).parent / "litestar"), "--app", "app.asgi:create_app"]
 COMMAND_TIMEOUT_SECONDS = 300
+SUITE_TIMEOUT_SECONDS = 1200
+FUZZ_EXAMPLES = 300
+"""The fuzz's requests in the copy: enough to reach every POST route many times (a tenth go to the non-webhook ones)."""
 MYPY_CACHE = ROOT / ".mypy_cache" / "guides"
 GUIDES = (*EXAMPLE_GUIDES, "docs/testing.md")
 """The guides followed, in this order: the invoices example first, then the testing guide's own examples."""
@@ -77,6 +95,24 @@ def make_command(line: str) -> list[str]:
 
 def is_migration_command(line: str) -> bool:
     return make_command(line)[len(LITESTAR) :][:1] == ["database"]
+
+
+def is_test_command(line: str) -> bool:
+    return shlex.split(line)[:2] == ["make", "test"]
+
+
+def not_a_test_command(line: str) -> bool:
+    """The guides' `make test PYTEST_ARGS=...` lines run within the copy's whole suite, not one by one."""
+    return not is_test_command(line)
+
+
+def guide_test_files(root: Path) -> set[str]:
+    """The test files the guides' `make test PYTEST_ARGS=...` lines name."""
+    files: set[str] = set()
+    for guide in GUIDES:
+        for block in read_blocks(root, guide):
+            files.update(make_variables(line)["PYTEST_ARGS"] for line in run_lines(block) if is_test_command(line))
+    return files
 
 
 def run_line(tree: Path, block: Block, line: str, env: Mapping[str, str]) -> None:
@@ -158,6 +194,64 @@ def follow_guides(
     return origins
 
 
+def fast_suite(tree: Path, env: Mapping[str, str], without_system_deps: bool) -> subprocess.Popen[str]:
+    """`make test-fast` in ``tree``, on this checkout's virtualenv: ``tree/.venv`` links to it, and ``-o`` takes
+    its install as done (a variable given to make would reach the suite's own make commands, ``-o`` does not)."""
+    (tree / ".venv").symlink_to(VENV, target_is_directory=True)
+    command = ["make", "--no-print-directory", "-o", ".venv/.installed", "test-fast"]
+    command += ["NO_SYSTEM_DEPS=1"] if without_system_deps else []
+    return started(command, tree, env)
+
+
+def fuzz(tree: Path, env: Mapping[str, str], basetemp: Path) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}"]
+    command += ["tests/fuzz/test_intake_fuzz.py", f"--fuzz-examples={FUZZ_EXAMPLES}"]
+    return started(command, tree, env)
+
+
+def started(command: list[str], tree: Path, env: Mapping[str, str]) -> subprocess.Popen[str]:
+    """In a session of its own, so that ending it ends its pytest processes too (``stop``)."""
+    pipe, out = subprocess.PIPE, subprocess.STDOUT
+    return subprocess.Popen(command, cwd=tree, env=env, stdout=pipe, stderr=out, text=True, start_new_session=True)
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    """Kill it and its pytest processes; what it printed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.communicate()[0]
+
+
+def finished(name: str, process: subprocess.Popen[str]) -> str:
+    try:
+        output, _ = process.communicate(timeout=SUITE_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        output = stop(process)
+        raise AssertionError(f"{name} in the copy took over {SUITE_TIMEOUT_SECONDS} s:\n{output[-6000:]}") from None
+    assert process.returncode == 0, f"{name} in the copy, where the guides were followed, failed:\n{output[-6000:]}"
+    return output
+
+
+def run_suites(tree: Path, env: Mapping[str, str], work: Path, without_system_deps: bool) -> None:
+    """The copy's fast suite and its fuzz, side by side."""
+    started = time.monotonic()
+    suite = fast_suite(tree, env, without_system_deps)
+    fuzzing = fuzz(tree, env, work / "fuzz")
+    try:
+        print(f"copy's fuzz: {finished('The intake fuzz', fuzzing).strip().splitlines()[-1]}")
+        print(f"copy's make test-fast: {finished('make test-fast', suite).strip().splitlines()[-1]}")
+    finally:
+        for process in (suite, fuzzing):
+            if process.poll() is None:  # the other one failed: this one's result no longer matters
+                stop(process)
+    print(f"the copy's suites took {time.monotonic() - started:.0f} s")
+
+
+def in_the_fast_suite(tree: Path, test_file: str) -> bool:
+    """Whether `make test-fast` runs the file's tests: none is marked slow, browser or container."""
+    return not re.search(r"pytest\.mark\.(slow|browser|container)", (tree / test_file).read_text())
+
+
 def contents(tree: Path, leave_out: Container[str]) -> dict[str, bytes]:
     """The tree's files and their bytes, as ``tracked_files`` sees a tree outside git (no hidden ones), no caches."""
     files = (path for path in tree.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
@@ -206,11 +300,31 @@ def guide_env(base_database_url: str, redis_url: str) -> Iterator[Callable[[], d
             asyncio.run(_drop_redis_keys(redis_url, namespace))
 
 
-def test_the_models_jobs_and_testing_guides_run_as_written(guide_env: Callable[[], dict[str, str]]) -> None:
+def test_the_models_jobs_and_testing_guides_run_as_written_and_the_whole_suite_passes(
+    guide_env: Callable[[], dict[str, str]], pytestconfig: pytest.Config
+) -> None:
     with tempfile.TemporaryDirectory(prefix="guides-") as tmp:
         followed = Path(tmp) / "followed"
-        origins = follow_guides(ROOT, followed, guide_env())
+        env = guide_env()
+        origins = follow_guides(ROOT, followed, env, run=not_a_test_command)
         assert lint(followed, origins, MYPY_CACHE) == []
+
+        # The copy's whole fast suite, the guides' own test files among it, and the fuzz.
+        without_system_deps = bool(pytestconfig.getoption("without_system_deps", default=False))
+        # As in a fresh clone: no DATABASE_URL nor REDIS_URL (the suite makes its own databases and key prefixes).
+        # Its Postgres is one of its own (embedded, not durable): a suite within the suite would otherwise take
+        # twice the connections of the test server, whose limit (100 by default) the outer run needs.
+        suite_env = {
+            key: value for key, value in env.items() if key not in ("DATABASE_URL", "REDIS_URL", "REDIS_NAMESPACE")
+        }
+        assert all(in_the_fast_suite(followed, name) for name in guide_test_files(ROOT))
+        servers = Path(tmp) / "servers"
+        try:
+            database = embedded.ensure_postgres(servers, database="test", durable=False)
+            suite_env |= {"TEST_DATABASE_URL": database, "PYTHONPATH": str(followed)}
+            run_suites(followed, suite_env, Path(tmp), without_system_deps)
+        finally:
+            embedded.stop_all(servers)
 
         # And where a reader has followed them (outside git every file of the copy counts as tracked, as if the
         # reader had committed the guides' files): `make lint` checks the documents' blocks in that tree,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,7 @@ async def test_after_an_outage_the_crons_store_the_missed_stripe_events_and_reco
 
             await wait_for(whole, 60, "every workspace and user to be right")
             for event in missed:
-                await wait_for(
-                    lambda event=event: _processed(resources, str(event["id"])), 60, f"{event['id']} processed"
-                )
+                await wait_for(partial(_processed, resources, str(event["id"])), 60, f"{event['id']} processed")
             alerts = _gap_alerts(sentry_stub.wait_for(lambda items: bool(_gap_alerts(items)), 30))
         async with resources.db.session() as session:
             name = await session.scalar(select(Workspace.name).where(Workspace.clerk_org_id == "org_lost"))

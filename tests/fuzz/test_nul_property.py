@@ -2,14 +2,15 @@
 
 Postgres' ``text`` and ``jsonb`` refuse one character, NUL (``\\u0000``); JSON
 can also carry lone surrogates (``\\ud800``), which no UTF-8 text holds. Signed
-events of every type billing and identity handle are built from the test kit's
-real-shaped fixtures, and such characters are put into strings and keys
-anywhere in them, the ids their tenant and subject are read from included. Each
-is delivered twice to a real API process. Whatever the body, the answers hold
-(docs/behaviour.md):
+events of every type billing and identity handle (Stripe's thin events too)
+are built from the test kit's real-shaped fixtures, and such characters are
+put into strings and keys anywhere in them, the ids their tenant and subject
+are read from included. Each is delivered twice to a real API process.
+Whatever the body, the answers hold (docs/behaviour.md):
 
-- a lone surrogate anywhere, or a NUL in the event's id or type: 400 both
-  times, nothing stored;
+- a lone surrogate anywhere, or a NUL in the event's id or type (or in a thin
+  event's keys naming its related object's id and type): 400 both times,
+  nothing stored;
 - any other NUL: 200 both times, stored once, with U+FFFD in its place in the
   payload and in every key read from it (the tenant, the sync subject);
 - never a 5xx, and the API logs no error and no traceback;
@@ -36,13 +37,14 @@ from hypothesis import strategies as st
 from stripe import WebhookSignature
 from svix.webhooks import Webhook
 
-from app.billing.events_api import STRIPE_EVENT_TYPES
+from app.billing.events_api import STRIPE_EVENT_TYPES, STRIPE_THIN_EVENT_TYPES
 from app.core.settings import load_settings
 from app.queue.errors import RetryLater
 from app.runtime import WORKER_MODULES, open_resources
-from app.testing.deliveries import clerk_event, stripe_event, stripe_object
+from app.testing.deliveries import clerk_event, random_id, stripe_event, stripe_object
 from app.testing.fixtures import stripe_stub, stripe_stub_server
 from app.testing.stripe_stub import StripeStub
+from app.testing.thin_deliveries import stripe_thin_event
 from app.webhooks.processing import process_event
 from tests.processes import logged_api_process
 from tests.webhooks.conftest import inbox_rows
@@ -67,6 +69,7 @@ STRIPE_OBJECTS = {
     "radar.early_fraud_warning.": "radar.early_fraud_warning",
 }
 NUL, SURROGATES = "\x00", ("\ud800", "\udfff")
+THIN_OBJECT_KEYS = (("related_object",), ("related_object", "id"), ("related_object", "type"))
 UNSTORABLE_ERRORS = ("CharacterNotInRepertoire", "UntranslatableCharacter", "invalid byte sequence", "surrogate")
 
 
@@ -114,8 +117,11 @@ def _inserted(text: str, char: str, at: float) -> str:
 
 @st.composite
 def poisoned_event(draw: st.DrawFn) -> Poisoned:
-    provider = draw(st.sampled_from(["stripe", "clerk"]))
-    if provider == "stripe":
+    provider = draw(st.sampled_from(["stripe", "stripe", "clerk"]))
+    thin = provider == "stripe" and draw(st.booleans())
+    if thin:
+        event = stripe_thin_event(draw(st.sampled_from(STRIPE_THIN_EVENT_TYPES)), random_id("obj"))
+    elif provider == "stripe":
         event_type = draw(st.sampled_from(STRIPE_EVENT_TYPES))
         event = stripe_event(event_type, _stripe_object(event_type))
     else:
@@ -130,7 +136,9 @@ def poisoned_event(draw: st.DrawFn) -> Poisoned:
         char = draw(st.sampled_from([NUL, NUL, NUL, *SURROGATES]))
         _poison(event, path, where, char, draw(st.sampled_from([0.0, 0.5, 1.0])))
         names_the_event = len(path) == 1 and path[0] in (("id", "type") if provider == "stripe" else ("type",))
-        if char in SURROGATES or names_the_event:
+        # A thin event without its related object's id and type names nothing to read: refused.
+        names_its_object = thin and where == "key" and path in THIN_OBJECT_KEYS
+        if char in SURROGATES or names_the_event or names_its_object:
             outcome = 400  # undecodable, or the event's id or type (refused, or gone when its key changed)
     return Poisoned(provider, event, outcome)
 

@@ -22,6 +22,7 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     [
         ({"STRIPE_WEBHOOK_SECRET": "whsec_%%%"}, "STRIPE_WEBHOOK_SECRET"),
         ({"DATABASE_URL": "postgres//broken"}, "DATABASE_URL"),
+        ({"STRIPE_EVENT_PAYLOADS": "snapshot,thick"}, "STRIPE_EVENT_PAYLOADS"),
     ],
 )
 def test_api_refuses_to_start_with_one_clear_line(env: dict[str, str], variable: str) -> None:

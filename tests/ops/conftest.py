@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -212,13 +213,17 @@ def event_row(provider: str, n: int, now: datetime | None = None, **fields: obje
 async def seed_known_events(resources: Resources) -> KnownEvents:
     """stripe: 3 pending, 2 failed, 1 set aside, 4 processed; clerk: 1 pending, 2 set aside, 1 processed 2 days ago."""
     now = datetime.now(UTC)
-    processed = {"attempts": 1, "processed_at": now - timedelta(minutes=5)}
-    set_aside = {"attempts": 33, "abandoned_at": now - timedelta(minutes=1), "last_error": "RuntimeError: boom"}
+    processed: dict[str, Any] = {"attempts": 1, "processed_at": now - timedelta(minutes=5)}
+    set_aside: dict[str, Any] = {
+        "attempts": 33,
+        "abandoned_at": now - timedelta(minutes=1),
+        "last_error": "RuntimeError: boom",
+    }
     rows = [
         *(event_row("stripe", n) for n in range(3)),
         *(event_row("stripe", n, attempts=n - 2, last_error="StripeError: stub fault") for n in range(3, 5)),
         event_row("stripe", 5, **set_aside),
-        *(event_row("stripe", n, now, **processed) for n in range(6, 10)),
+        *(event_row("stripe", n, now=now, **processed) for n in range(6, 10)),
         event_row("clerk", 0),
         *(event_row("clerk", n, **set_aside) for n in range(1, 3)),
         event_row("clerk", 3, attempts=1, processed_at=now - timedelta(days=2)),

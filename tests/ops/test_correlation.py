@@ -28,7 +28,7 @@ __all__ = ["stripe_stub", "stripe_stub_server"]
 
 pytestmark = pytest.mark.slow
 
-QUEUES = "webhook-stripe-queue,stripe-sync-queue,billing-queue"
+QUEUES = "webhook-stripe-queue,stripe-sync-queue,identity-queue"
 REQUEST_ID = "req-correlation-7"
 
 
@@ -123,7 +123,7 @@ async def test_an_event_queued_again_by_an_operator_or_the_recovery_cron_keeps_i
                 await _failed_tries(worker, resources, event.id, 1)
 
                 page = f"/ops/events/{event.id}"
-                retried = await ops.post(f"{page}/retry", page=page, **{"X-Request-Id": "req-ops-retry-9"})
+                retried = await ops.post(f"{page}/retry", None, page=page, **{"X-Request-Id": "req-ops-retry-9"})
                 assert retried.status_code in (200, 303) and retried.headers["x-request-id"] == "req-ops-retry-9"
                 await _failed_tries(worker, resources, event.id, 2)
 

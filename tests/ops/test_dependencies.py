@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from litestar import Litestar
 from litestar.di import NamedDependency, Provide
 from litestar.testing import AsyncTestClient
 
@@ -29,7 +30,7 @@ class RecordingActions(OpsActions):
         return "Reopened nothing: a stand-in."
 
 
-async def logged_in(client: AsyncTestClient[object]) -> str:
+async def logged_in(client: AsyncTestClient[Litestar]) -> str:
     """Logs in; the session's CSRF token for the forms."""
     token = CSRF.search((await client.get("/ops")).text)
     assert token is not None

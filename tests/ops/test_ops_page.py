@@ -88,9 +88,9 @@ async def test_the_overview_shows_the_databases_counts(
         lambda: refused_counted(resources, redis_namespace), within=10, what="the two refusals counted in Redis"
     )
 
-    response = await ops.log_in()
+    logged_in = await ops.log_in()
 
-    assert response.status == 200
+    assert logged_in.status == 200
     assert await ops.message() == "Logged in."
     shown = await shown_counts(ops)
     database = await Inbox(resources.db).counts()
@@ -104,6 +104,16 @@ async def test_the_overview_shows_the_databases_counts(
     assert "WebhookRecoveryCronJob" in await ops.page.locator("#crons").inner_text()
     assert not ops.other_hosts()
     await screenshot(ops.page, "ops-overview.png", tmp_path)
+
+    # Each count is a link to what is behind it: the refusals by reason, the events of that state.
+    for provider in shown:
+        for name in (*COUNTED, "refused_1h"):
+            assert await ops.page.locator(f'#inbox tr[data-provider="{provider}"] [data-count="{name}"] a').count() == 1
+    refusals = ops.page.locator('#refused-stripe tr[data-reason="rejected_signature"] [data-label="Refused"]')
+    assert await refusals.inner_text() == "2"
+    await ops.page.locator('#inbox tr[data-provider="stripe"] [data-count="processed_24h"] a').click()
+    listed = await listed_rows(ops)
+    assert [state for _, state in listed] == ["processed"] * known.counts["stripe"]["processed_24h"]
 
 
 async def test_the_events_list_filters_and_pages(ops: OpsPage, resources: Resources) -> None:
@@ -160,7 +170,12 @@ async def test_a_post_without_the_csrf_token_is_refused(ops: OpsPage, resources:
     await ops.log_in()
     request = ops.page.request  # the browser's cookies (the session), but no form token
 
-    for path, form in (("/ops/reopen", {}), ("/ops/reopen", {"_csrf": "forged"}), ("/ops/backfill", {"hours": "1"})):
+    forms: list[tuple[str, dict[str, str | float | bool]]] = [
+        ("/ops/reopen", {}),
+        ("/ops/reopen", {"_csrf": "forged"}),
+        ("/ops/backfill", {"hours": "1"}),
+    ]
+    for path, form in forms:
         response = await request.post(ops.base_url + path, form=form)
         assert response.status == 403, path
         assert "CSRF token is missing or wrong" in await response.text()

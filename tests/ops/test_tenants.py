@@ -110,6 +110,9 @@ async def test_the_operations_page_shows_the_busiest_tenants_and_filters_events_
         events = (await client.get("/ops/events?provider=stripe&tenant=cus_a")).text
         event = (await client.get("/ops/events/1")).text
 
+    inbox = overview.split('id="inbox"', 1)[1].split("</table>", 1)[0]
+    counts = re.findall(r'data-count="(\w+)">(<a href="[^"]+">)?', inbox)
+    assert len(counts) == 2 * 5 and all(link for _, link in counts), counts  # every count of the overview is a link
     tenants = overview.split('id="tenants"', 1)[1].split("</table>", 1)[0]
     assert tenants.index("cus_a") < tenants.index("cus_b") < tenants.index("org:x")  # most unprocessed first
     assert "/ops/events?provider=stripe&amp;tenant=cus_a" in tenants

@@ -6,6 +6,7 @@ import asyncio
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ async def test_three_workers_run_each_tick_once_and_a_tick_missed_by_all_runs_on
     for minute in ("01", "02"):
         clock.write_text(f"2030-01-07T10:{minute}:05+00:00")
         slot = f"2030-01-07T10:{minute}:00+00:00"
-        await wait_for(lambda slot=slot: _has_run(resources, slot), 10, f"the {slot} tick to run")
+        await wait_for(partial(_has_run, resources, slot), 10, f"the {slot} tick to run")
         await asyncio.sleep(0.5)  # every scheduler saw the tick by now
     assert await _runs(resources) == ["2030-01-07T10:01:00+00:00", "2030-01-07T10:02:00+00:00"]
 

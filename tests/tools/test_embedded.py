@@ -163,8 +163,9 @@ def test_dev_secrets_are_generated_once_and_the_environment_wins(
 
 
 def _sleeper(pidfile: Path) -> str:
-    code = f"import os, pathlib, time; pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))"
-    code += "; time.sleep(300)"
+    # Written aside, then renamed: a reader that sees the file sees the whole pid (the file could be empty else).
+    code = f"import os, pathlib, time; pathlib.Path({str(pidfile)!r} + '.tmp').write_text(str(os.getpid()))"
+    code += f"; os.replace({str(pidfile)!r} + '.tmp', {str(pidfile)!r}); time.sleep(300)"
     return shlex.join([sys.executable, "-c", code])
 
 
@@ -270,3 +271,28 @@ def test_dev_stops_everything_and_fails_when_a_child_exits(data_dir: Path, tmp_p
     output = _wait_for_line(lines, "Postgres and Redis: stopped")
     assert any(line.startswith("Worker: exited unexpectedly (exit 3)") for line in output)
     assert _running(pids) == []
+
+
+def _dev_env(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m tools.dev_env -- true`, as `make migrate` and `make cli` run their command, on `data_dir`."""
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
+    command = [sys.executable, "-m", "tools.dev_env", "--", "true"]
+    done = subprocess.run(command, cwd=ROOT, env={**env, "DEV_DATA_DIR": str(data_dir)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_make_migrate_and_make_cli_say_which_servers_they_started_and_left_running(data_dir: Path) -> None:
+    embedded.stop_all(data_dir)
+    first = _dev_env(data_dir).stderr.splitlines()
+    pids = _server_pids(data_dir)
+    again = _dev_env(data_dir).stderr.splitlines()
+
+    ports = embedded._running_postgres(data_dir / "postgres"), embedded._running_redis(data_dir / "redis")
+    stop = "left running: `.venv/bin/python -m tools.embedded down` stops it)."
+    assert first[-2:] == [
+        f"Postgres: embedded at 127.0.0.1:{ports[0]} (started now, {stop}",
+        f"Redis: embedded at 127.0.0.1:{ports[1]} (started now, {stop}",
+    ]
+    assert again == [line.replace("started now", "running already") for line in first[-2:]]
+    assert _running([pids[0], pids[-1]]) == [pids[0], pids[-1]]  # the postmaster and redis-server, left running

@@ -46,7 +46,8 @@ def test_no_class_replaces_a_private_method_of_arqs_worker() -> None:
 
 
 def _subclasses(cls: type) -> list[type]:
-    found = []
+    found: list[type] = []
+    sub: type
     for sub in cls.__subclasses__():
         found += [sub, *_subclasses(sub)]
     return found

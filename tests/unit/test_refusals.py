@@ -40,8 +40,8 @@ def test_the_next_line_carries_the_count_of_the_refusals_it_summarises(
     caplog.set_level(logging.WARNING, logger="app.webhooks.refusals")
 
     log.record("stripe", Refusal.SIGNATURE, "192.0.2.1", "Stripe signature does not match.")
-    for second in range(1, 5):  # four more within the minute: no line
-        clock.now += second
+    for seconds in range(1, 5):  # four more within the minute: no line
+        clock.now += seconds
         log.record("stripe", Refusal.SIGNATURE, "192.0.2.1", "Stripe signature does not match.")
     assert len(lines(caplog)) == 1
 

@@ -44,6 +44,21 @@ def test_several_stripe_secrets_are_read_for_rotation() -> None:
     assert settings.stripe_webhook_secrets == (GOOD_SECRET, other)
 
 
+@pytest.mark.parametrize(
+    ("raw", "payloads"),
+    [
+        (None, ("snapshot",)),
+        ("thin", ("thin",)),
+        ("thin, Snapshot", ("snapshot", "thin")),
+        ("snapshot,thin", ("snapshot", "thin")),
+    ],
+)
+def test_stripe_event_payloads_name_the_styles_the_destinations_send(
+    raw: str | None, payloads: tuple[str, ...]
+) -> None:
+    assert load_settings({"STRIPE_EVENT_PAYLOADS": raw} if raw else {}).stripe_event_payloads == payloads
+
+
 def test_plain_postgresql_url_gets_the_asyncpg_driver() -> None:
     settings = load_settings({"DATABASE_URL": "postgresql://u:p@h:5432/d"})
     assert settings.database_url == "postgresql+asyncpg://u:p@h:5432/d"
@@ -64,6 +79,8 @@ def test_plain_postgresql_url_gets_the_asyncpg_driver() -> None:
         ({"TRUSTED_PROXIES": "10.0.0.0/8,nope"}, "TRUSTED_PROXIES: 'nope'"),
         ({"SENTRY_DSN": "not-a-dsn"}, "SENTRY_DSN"),
         ({"OPS_PASSWORD": "eleven-char"}, "OPS_PASSWORD is shorter than 12 characters: set a longer one"),
+        ({"STRIPE_EVENT_PAYLOADS": "thick"}, "STRIPE_EVENT_PAYLOADS='thick' is not valid: use snapshot, thin, or"),
+        ({"STRIPE_EVENT_PAYLOADS": "snapshot,,thin"}, "STRIPE_EVENT_PAYLOADS='snapshot,,thin' is not valid"),
     ],
 )
 def test_malformed_values_name_the_variable(env: dict[str, str], names: str) -> None:

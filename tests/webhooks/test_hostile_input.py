@@ -335,7 +335,10 @@ async def test_a_body_not_received_within_the_time_limit_gets_408(
 
 async def test_a_client_gone_mid_body_is_quiet(client: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Nothing above info in the logs (the access line is info), and nothing for Sentry: it is not our fault."""
-    messages = [{"type": "http.request", "body": b'{"id": "evt_', "more_body": True}, {"type": "http.disconnect"}]
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b'{"id": "evt_', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
 
     async def receive() -> dict[str, Any]:
         return messages.pop(0) if messages else {"type": "http.disconnect"}

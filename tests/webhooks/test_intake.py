@@ -6,11 +6,12 @@ import asyncio
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
+from sqlalchemy.pool import QueuePool
 
 from app.asgi import build_app
 from app.core.db import driver_connection
@@ -273,7 +274,7 @@ async def test_a_connection_refusing_statements_leaves_the_pool_even_before_it_r
         async with driver_connection(resources.db):
             raise asyncio.CancelledError  # cancelled mid-statement: the protocol state is unknown
     assert await pooled_backend() != second
-    assert resources.db.engine.pool.checkedout() == 0  # every checkout went back, the dropped ones too
+    assert cast(QueuePool, resources.db.engine.pool).checkedout() == 0  # every checkout went back, the dropped ones too
 
 
 async def test_a_signed_event_with_nul_characters_is_stored_with_replacement_characters(

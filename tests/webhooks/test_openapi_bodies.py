@@ -1,4 +1,8 @@
-"""The OpenAPI document says what a valid delivery of each provider carries, and the routes hold to it."""
+"""The OpenAPI document says what a valid delivery of each provider carries, and the routes hold to it.
+
+The API is built with a SaaS developer's own POST route beside the webhook routes (``tests/webhook_routes.py``):
+the webhook routes are found by their tag, and the developer's is not one of them.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from svix.webhooks import Webhook
 
 from app.asgi import build_app
 from app.core.settings import Settings
+from app.runtime import API_MODULES
+from tests.webhook_routes import NOTE_PATH, NOTES, other_post_paths, webhook_operations
 
 
 def request_body(document: dict[str, Any], provider: str) -> dict[str, Any]:
@@ -41,8 +47,11 @@ def signed(provider: str, body: dict[str, Any], secret: str) -> tuple[bytes, dic
 async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
     settings: Settings, webhook_secrets: dict[str, str]
 ) -> None:
-    async with AsyncTestClient(build_app(settings)) as client:
+    async with AsyncTestClient(build_app(settings, [*API_MODULES, NOTES])) as client:
         document = (await client.get("/schema/openapi.json")).json()
+        routes = webhook_operations(document)
+        assert {route.provider for route in routes.values()} == {"stripe", "clerk"}
+        assert NOTE_PATH in other_post_paths(document) and NOTE_PATH not in routes
         stripe_body, clerk_body = request_body(document, "stripe"), request_body(document, "clerk")
         assert (stripe_body["type"], stripe_body["required"]) == ("object", ["id", "type"])
         assert non_empty_string(stripe_body["properties"]["id"])
@@ -55,10 +64,20 @@ async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
         assert headers == {"svix-id", "svix-timestamp", "svix-signature"}
         stripe_400 = document["paths"]["/webhooks/stripe"]["post"]["responses"]["400"]["description"]
         assert "non-empty string id and type" in stripe_400
+        assert "thin event of a handled type without a related_object" in stripe_400
+        # Both payload styles of Stripe's event destinations: snapshot and thin.
+        snapshot, thin = stripe_body["oneOf"]
+        assert (snapshot["title"], snapshot["properties"]["object"]["const"]) == ("StripeSnapshotEvent", "event")
+        assert (thin["title"], thin["properties"]["object"]["const"]) == ("StripeThinEvent", "v2.core.event")
+        assert thin["required"] == ["object", "related_object"]
+        assert thin["properties"]["related_object"]["required"] == ["id", "type"]
+        assert non_empty_string(thin["properties"]["related_object"]["properties"]["id"])
 
         # Signed, each documented example is received; signed, a body lacking what the schema requires is not.
-        for provider, schema in (("stripe", stripe_body), ("clerk", clerk_body)):
-            (example,) = schema["examples"]
+        examples = [("stripe", example) for example in stripe_body["examples"]]
+        examples += [("clerk", example) for example in clerk_body["examples"]]
+        assert [example["object"] for _, example in examples[:2]] == ["event", "v2.core.event"]
+        for provider, example in examples:
             for body, status in (
                 (example, 200),
                 ({}, 400),
@@ -68,3 +87,8 @@ async def test_each_webhook_route_documents_its_body_and_answers_as_documented(
                 raw, signature = signed(provider, body, webhook_secrets[provider])
                 answer = await client.post(f"/webhooks/{provider}", content=raw, headers=signature)
                 assert answer.status_code == status, (provider, body, answer.text)
+        thin_example = stripe_body["examples"][1]
+        for related in ({}, {"id": "in_1"}, {"type": "invoice"}, {"id": 7, "type": "invoice"}, "in_1"):
+            raw, signature = signed("stripe", {**thin_example, "related_object": related}, webhook_secrets["stripe"])
+            answer = await client.post("/webhooks/stripe", content=raw, headers=signature)
+            assert answer.status_code == 400, (related, answer.text)

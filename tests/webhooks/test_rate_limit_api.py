@@ -78,7 +78,7 @@ async def test_two_api_processes_together_admit_the_limit(
     delivery = signed_stripe_delivery(stripe_event("payout.paid", UNHANDLED), webhook_secrets["stripe"])
     with api_process(env) as first, api_process(env) as second:
         async with httpx.AsyncClient(timeout=10) as client:
-            batches: list[Any] = await asyncio.gather(
+            batches: tuple[list[Any], list[Any]] = await asyncio.gather(
                 post_many(client, f"{first}/webhooks/stripe", delivery.body, delivery.headers, 90),
                 post_many(client, f"{second}/webhooks/stripe", delivery.body, delivery.headers, 90),
             )

@@ -26,7 +26,9 @@ from app.identity.repository.journal_sql import journaled, run, state
 
 _LOCK_WORKSPACE = text("SELECT id FROM workspace WHERE id = :workspace_id FOR UPDATE")
 _LOCK_WORKSPACE_BY_ORG = text("SELECT id FROM workspace WHERE clerk_org_id = :clerk_org_id FOR UPDATE")
-_LOCK_WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE")
+_LOCK_WORKSPACE_OF_CUSTOMER = text(
+    "SELECT id, billing_synced_at FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE"
+)
 _WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id")
 _WORKSPACE_STATE = state(cast(Any, Workspace.__table__), "t")
 
@@ -206,8 +208,10 @@ class WorkspaceRepository(ClerkRows):
         return {str(row[0]): (row[1], row[2]) for row in (await self.session.execute(query)).all()}
 
     # The billing columns, as billing asks (app/identity/billing_state.py) ----------------------------------
-    async def lock_of_customer(self, customer_id: str) -> int | None:
-        return cast("int | None", await self.session.scalar(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id}))
+    async def lock_of_customer(self, customer_id: str) -> tuple[int, datetime | None] | None:
+        """The customer's workspace, locked: its id and ``billing_synced_at``."""
+        row = (await self.session.execute(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id})).first()
+        return (int(row.id), row.billing_synced_at) if row is not None else None
 
     async def of_customer(self, customer_id: str) -> int | None:
         return cast("int | None", await self.session.scalar(_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id}))

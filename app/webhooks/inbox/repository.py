@@ -71,6 +71,8 @@ class EventRecord:
     replayed_at: datetime | None = None
     tenant_key: str | None = None
     sync_subject: str | None = None
+    related_object: str | None = None
+    """A thin event's (Stripe's ``v2.core.event``): the object it is about, ``type id`` (``subscription sub_1``)."""
     payload: str | None = None
 
     @property
@@ -186,11 +188,12 @@ class Inbox:
         async with driver_connection(self.db) as connection:
             await connection.execute(sql.SET_SUBJECT, row_id, subject)
 
-    async def covered(self, subject: str, read_began: datetime) -> tuple[int, int | None]:
-        """How many events a sync of ``subject`` whose read began at ``read_began`` covers, and the last stored."""
+    async def covered(self, subject: str, read_began: datetime) -> tuple[datetime | None, int | None]:
+        """Of the events a sync of ``subject`` whose read began at ``read_began`` covers: when the latest arrived,
+        and the row id of the last stored (both None: it covers none)."""
         async with driver_connection(self.db) as connection:
             row = await connection.fetchrow(sql.COVERED, subject, read_began)
-        return int(row["n"]), row["newest"]
+        return row["newest_at"], row["newest"]
 
     @staticmethod
     async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> list[tuple[str, float | None]]:
@@ -280,6 +283,12 @@ class Inbox:
         row_id = int(identifier) if identifier.isdigit() and len(identifier) < 19 else None
         async with driver_connection(self.db) as connection:
             return [_record(row) for row in await connection.fetch(sql.FIND, identifier, row_id, provider)]
+
+    async def keys_of(self, provider: str, event_id: str) -> tuple[str | None, str | None] | None:
+        """The (tenant key, sync subject) the event was stored with; None when the inbox does not hold it."""
+        async with driver_connection(self.db) as connection:
+            row = await connection.fetchrow(sql.KEYS_OF, provider, event_id)
+        return (row["tenant_key"], row["sync_subject"]) if row is not None else None
 
     async def missing(self, provider: str, event_ids: Sequence[str]) -> set[str]:
         """The event ids of ``provider`` the inbox holds no row for (set aside or processed count as held)."""

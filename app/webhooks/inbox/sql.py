@@ -102,8 +102,8 @@ SET_SUBJECT = "UPDATE webhook_event SET sync_subject = $2 WHERE id = $1 AND sync
 # The events a sync covers: its subject's, unprocessed, not set aside, arrived by the time its read began
 # (ix_webhook_event_sync_subject).
 _COVERED = "sync_subject = $1 AND received_at <= $2 AND processed_at IS NULL AND abandoned_at IS NULL"
-# How many, and the last of them stored: the cause the sync's journal rows name.
-COVERED = f"SELECT count(*) AS n, max(id) AS newest FROM webhook_event WHERE {_COVERED}"
+# When the latest of them arrived (none: NULL), and the last of them stored: the cause its journal rows name.
+COVERED = f"SELECT max(received_at) AS newest_at, max(id) AS newest FROM webhook_event WHERE {_COVERED}"
 # In the sync's transaction, with what it wrote (the sync's read counts as an attempt of each): `took` as
 # MARK_PROCESSED_AND_UNLOCK's.
 MARK_COVERED = text(
@@ -154,9 +154,14 @@ RETURNING id, provider, request_id, tenant_key
 """
 
 # --- Operators (CLI, operations page) --------------------------------------------------------------------
+# A Stripe thin event (its object "v2.core.event") carries no object, only the one it is about: shown as "type id".
+_RELATED_OBJECT = (
+    "CASE WHEN payload->>'object' = 'v2.core.event' THEN "
+    "concat_ws(' ', payload->'related_object'->>'type', payload->'related_object'->>'id') END AS related_object"
+)
 _RECORD = (
     "id, provider, event_id, type, received_at, processed_at, attempts, last_error, abandoned_at, request_id, "
-    "replayed_at, tenant_key, sync_subject"
+    f"replayed_at, tenant_key, sync_subject, {_RELATED_OBJECT}"
 )
 STATE_CONDITIONS = {
     "pending": "processed_at IS NULL AND abandoned_at IS NULL AND attempts = 0",
@@ -202,6 +207,8 @@ SELECT {_RECORD} FROM webhook_event
 WHERE (event_id = $1 OR id = $2) AND ($3::text IS NULL OR provider = $3)
 ORDER BY id
 """
+# The keys one event was stored with (by the unique key): a Stripe thin event's snapshot twin names its customer.
+KEYS_OF = "SELECT tenant_key, sync_subject FROM webhook_event WHERE provider = $1 AND event_id = $2"
 # Which of these events are in the inbox (by the unique key): the backfill stores the others.
 PRESENT = "SELECT event_id FROM webhook_event WHERE provider = $1 AND event_id = ANY($2::text[])"
 GET_WITH_PAYLOAD = f"SELECT {_RECORD}, payload::text AS payload FROM webhook_event WHERE id = $1"

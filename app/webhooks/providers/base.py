@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from litestar.openapi.spec import OpenAPIType, Schema
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 
 from app.core.settings import Settings
 from app.queue.queues import QueueName
@@ -29,8 +29,10 @@ from app.webhooks.verification import (
 )
 
 __all__ = [
+    "MAX_FIELD_CHARS",
     "MAX_SIGNATURE_HEADER_BYTES",
     "Headers",
+    "OpenAPIFormat",
     "OpenAPIType",
     "PayloadError",
     "Schema",
@@ -70,5 +72,10 @@ class WebhookProvider:
     body_refused: str = "a body that is not a JSON object"
     """What in a signed body is answered 400, for that answer's description in the OpenAPI document."""
 
-    queue: QueueName = QueueName.WEBHOOK
-    """The queue of its events' jobs: a provider of its own (``app/queue/queues.py``) never waits behind another's."""
+    queue: str = QueueName.WEBHOOK
+    """The queue of its events' jobs: a provider's own never waits behind another's. A name the starter does not
+    list (``app/queue/queues.py``) is declared by the webhooks module, which runs the job."""
+
+    check_handled_body: Callable[[VerifiedEvent], None] | None = None
+    """What a verified body of a type a loaded module handles must carry beyond an id and a type
+    (:class:`PayloadError`: 400, nothing stored); run by the route's verifier (``checking_handled``)."""

@@ -4,19 +4,36 @@ The SDK checks the HMAC and rejects old timestamps; the header is checked here
 first for what the SDK does not refuse by itself: non-ASCII values (its
 ``hmac.compare_digest`` raises ``TypeError``), oversized headers, a missing or
 non-numeric timestamp, and a timestamp more than 300 s in the future.
+
+One route takes both payload styles of Stripe's event destinations, signed
+alike (each destination has its own secret: every configured one is tried):
+snapshot events (``"object": "event"``, the changed object in ``data``) and
+thin events (``"object": "v2.core.event"``, ``v1.``-prefixed types, naming the
+changed object in ``related_object``). A thin event is verified as the SDK's
+``StripeClient.parse_event_notification`` verifies it (the same
+``WebhookSignature.verify_header``) and read by the one JSON decoding intake
+and worker share (``decode_payload``), not into the SDK's notification
+objects: the worker reads the stored dict. A thin event of a handled type must
+name its related object's ``id`` and ``type`` (:func:`check_thin_event`), the
+only thing a worker can read back from it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import stripe
 
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
+    MAX_FIELD_CHARS,
     Headers,
+    OpenAPIFormat,
     OpenAPIType,
+    PayloadError,
     Schema,
     SignatureError,
     VerifiedEvent,
@@ -81,20 +98,48 @@ def _any_secret_verifies(text: str, header: str, secrets: tuple[str, ...]) -> bo
     return False
 
 
+THIN_EVENT_OBJECT = "v2.core.event"
+"""The ``object`` of a thin event (an event destination's thin payload); a snapshot event's is ``event``."""
+THIN_TYPE_PREFIX = "v1."
+"""Thin events about API v1 resources are named after the snapshot types with this prefix."""
+
+
+def is_thin_event(event_type: str, payload: Mapping[str, Any]) -> bool:
+    return payload.get("object") == THIN_EVENT_OBJECT or event_type.startswith(THIN_TYPE_PREFIX)
+
+
+def check_thin_event(event: VerifiedEvent) -> None:
+    """A thin event of a handled type names what changed: ``related_object`` with a string ``id`` and ``type``.
+
+    Read from the payload as the inbox stores it (a NUL in it is U+FFFD already, ``VerifiedEvent``): its id
+    becomes a key, so it must fit one (at most 255 characters) or the event is refused here (400).
+    """
+    if not is_thin_event(event.event_type, event.payload):
+        return
+    related = event.payload.get("related_object")
+    if not isinstance(related, Mapping):
+        raise PayloadError(
+            f"The thin event {event.event_type} has no related_object (an object with its id and type): "
+            "nothing says what changed."
+        )
+    for name in ("id", "type"):
+        value = related.get(name)
+        if not isinstance(value, str) or not value:
+            raise PayloadError(f"The thin event's related_object needs a non-empty string {name!r}.")
+        if len(value) > MAX_FIELD_CHARS:
+            raise PayloadError(f"The thin event's related_object {name!r} is longer than {MAX_FIELD_CHARS} characters.")
+
+
 class StripeWebhookSignatureGuard(WebhookSignatureGuard):
     """The guard of ``POST /webhooks/stripe``: checks ``Stripe-Signature`` against every configured secret."""
 
 
-BODY = Schema(
+_STRING = Schema(type=OpenAPIType.STRING)
+SNAPSHOT_BODY = Schema(
     type=OpenAPIType.OBJECT,
-    title="StripeEvent",
-    description="A Stripe event as Stripe sends it, stored as sent once its signature verifies.",
-    required=["id", "type"],
+    title="StripeSnapshotEvent",
+    description="A snapshot event (a webhook endpoint, or an event destination sending snapshot payloads).",
     properties={
-        "id": event_key_schema("The event's id (evt_...): the inbox's key, so a redelivery is stored once."),
-        "type": event_key_schema(
-            "customer.subscription.updated, invoice.paid...: a type no module handles is answered 200."
-        ),
         "object": Schema(type=OpenAPIType.STRING, const="event"),
         "created": Schema(type=OpenAPIType.INTEGER, description="Unix time of the event."),
         "data": Schema(
@@ -103,15 +148,70 @@ BODY = Schema(
             properties={"object": Schema(type=OpenAPIType.OBJECT)},
         ),
     },
-    examples=[{"id": "evt_1", "object": "event", "type": "invoice.paid", "data": {"object": {"customer": "cus_1"}}}],
+)
+THIN_BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    title="StripeThinEvent",
+    description=(
+        "A thin event (an event destination sending thin payloads): a v1.-prefixed type naming the changed object, "
+        "which the worker reads from Stripe. v2.core.event_destination.ping is answered 200 and not stored."
+    ),
+    required=["object", "related_object"],
+    properties={
+        "object": Schema(type=OpenAPIType.STRING, const=THIN_EVENT_OBJECT),
+        "created": Schema(
+            type=OpenAPIType.STRING, format=OpenAPIFormat.DATE_TIME, description="RFC 3339 time of the event."
+        ),
+        "related_object": Schema(
+            type=OpenAPIType.OBJECT,
+            description="What changed: required, with a string id and type, for every handled type (else 400).",
+            required=["id", "type"],
+            properties={
+                "id": event_key_schema("The changed object's id (sub_..., in_..., dp_...)."),
+                "type": event_key_schema("Its Stripe type (subscription, invoice, dispute...)."),
+                "url": _STRING,
+            },
+        ),
+        "snapshot_event": Schema(
+            type=OpenAPIType.STRING, description="The snapshot event of the same change, when one was sent too."
+        ),
+    },
+)
+BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    title="StripeEvent",
+    description="A Stripe event as Stripe sends it, in either payload style, stored as sent once its signature "
+    "verifies.",
+    required=["id", "type"],
+    properties={
+        "id": event_key_schema("The event's id (evt_...): the inbox's key, so a redelivery is stored once."),
+        "type": event_key_schema(
+            "customer.subscription.updated, v1.invoice.paid...: a type no module handles is answered 200."
+        ),
+    },
+    one_of=[SNAPSHOT_BODY, THIN_BODY],
+    examples=[
+        {"id": "evt_1", "object": "event", "type": "invoice.paid", "data": {"object": {"customer": "cus_1"}}},
+        {
+            "id": "evt_2",
+            "object": THIN_EVENT_OBJECT,
+            "type": "v1.invoice.paid",
+            "created": "2026-10-01T12:00:00.000Z",
+            "related_object": {"id": "in_1", "type": "invoice", "url": "/v1/invoices/in_1"},
+        },
+    ],
 )
 
 STRIPE = WebhookProvider(
     body_schema=BODY,
-    body_refused="a body that is not a JSON object with a non-empty string id and type",
+    body_refused=(
+        "a body that is not a JSON object with a non-empty string id and type, or a thin event of a handled type "
+        "without a related_object naming its id and type"
+    ),
     name="stripe",
     guard=StripeWebhookSignatureGuard,
     build_verifier=_verifier,
     queue=QueueName.WEBHOOK_STRIPE,
     signature_headers={HEADER: "t=<unix time>,v1=<HMAC-SHA256 of '<t>.<body>' keyed by the whsec_ secret>"},
+    check_handled_body=check_thin_event,
 )

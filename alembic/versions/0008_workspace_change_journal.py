@@ -1,12 +1,12 @@
 """workspace_change: the journal of what the pipeline changed; webhook_event by tenant and arrival (timelines)
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-03 18:15:40.611541
 
-Generated (``database make-migrations --rev-id 0007``), then reviewed: the
-index on ``webhook_event`` is built concurrently, outside the migration's
-transaction, so the intake keeps storing events while a large inbox is indexed.
+Generated (``database make-migrations``), then reviewed: the index on
+``webhook_event`` is built concurrently, outside the migration's transaction,
+so the intake keeps storing events while a large inbox is indexed.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from sqlalchemy.dialects import postgresql
 
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
