@@ -102,8 +102,12 @@ SET_SUBJECT = "UPDATE webhook_event SET sync_subject = $2 WHERE id = $1 AND sync
 # The events a sync covers: its subject's, unprocessed, not set aside, arrived by the time its read began
 # (ix_webhook_event_sync_subject).
 _COVERED = "sync_subject = $1 AND received_at <= $2 AND processed_at IS NULL AND abandoned_at IS NULL"
-# When the latest of them arrived (none: NULL), and the last of them stored: the cause its journal rows name.
-COVERED = f"SELECT max(received_at) AS newest_at, max(id) AS newest FROM webhook_event WHERE {_COVERED}"
+# When the latest of them arrived (none: NULL), and the last of them stored: the cause its journal rows name. A
+# replayed event counts as arriving when it was replayed: a read before the replay (one that found the customer
+# already written from a later read) must not stand for it, or a replay after a fix would read nothing.
+COVERED = f"""
+SELECT max(greatest(received_at, replayed_at)) AS newest_at, max(id) AS newest FROM webhook_event WHERE {_COVERED}
+"""
 # In the sync's transaction, with what it wrote (the sync's read counts as an attempt of each): `took` as
 # MARK_PROCESSED_AND_UNLOCK's.
 MARK_COVERED = text(
