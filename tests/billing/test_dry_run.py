@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.core.db import driver_connection, metadata
 from app.core.journal import event_cause
@@ -103,7 +103,7 @@ async def test_a_clerk_dry_run_reports_what_the_event_would_put_back(
     row = await process_delivery(worker, signed_clerk_delivery(body, webhook_secrets["clerk"]))
     async with worker.db.session() as session:  # edited by hand since
         workspace = (await session.scalars(select(Workspace))).one()
-        await session.execute(Workspace.__table__.update().values(name="Hacked"))
+        await session.execute(update(Workspace).values(name="Hacked"))
         await session.commit()
     before = await snapshot(worker)
 

@@ -4,7 +4,7 @@ phone. The pictures of docs/operations.md are taken here (``make screenshots``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,7 +44,7 @@ async def worker(env: dict[str, str]) -> AsyncIterator[Resources]:
 
 
 @pytest.fixture
-def api(env: dict[str, str], tmp_path: Path) -> AsyncIterator[str]:
+def api(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     with logged_api_process(env, tmp_path / "api.log") as base_url:
         yield base_url
 
