@@ -91,7 +91,7 @@ screenshots: install browser  ## the operations page's pictures in docs/images, 
 	@mkdir -p docs/images
 	@eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
 		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
-		-k "overview_shows or phone_sized or try_it"
+		-k "overview_shows or phone_sized or try_it or customer_asks_why or timeline_on_a_phone"
 
 lint: install  ## ruff and mypy on the code and the tests, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .

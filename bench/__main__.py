@@ -25,15 +25,16 @@ from bench import (
     loadgen,
     phase_adapter,
     phase_crons,
-    phase_drain,
     phase_fairness,
     phase_intake,
     phase_isolation,
+    phase_journal,
     phase_metrics_cost,
     phase_outage,
     phase_pipeline,
     phase_stripe_backlog,
     phase_thin_backlog,
+    phase_timeline,
     phase_tracing_cost,
 )
 from bench.harness import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ROOT, Run
@@ -43,7 +44,7 @@ from bench.report import json_line, table
 PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "intake": phase_intake.intake,
     "pipeline": phase_pipeline.pipeline,
-    "drain": phase_drain.drain,
+    "drain": phase_journal.drain,  # the drain phase, then the journal's cost to a Clerk worker
     "crons": phase_crons.crons,
     "adapter": phase_adapter.adapter,
     "stripe_backlog": phase_stripe_backlog.stripe_backlog,
@@ -53,6 +54,7 @@ PHASES: dict[str, Callable[[Run], Awaitable[None]]] = {
     "fairness": phase_fairness.fairness,
     "metrics_cost": phase_metrics_cost.metrics_cost,
     "tracing_cost": phase_tracing_cost.tracing_cost,
+    "timeline": phase_timeline.timeline,
 }
 
 

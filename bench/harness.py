@@ -199,7 +199,7 @@ class Run:
 
     async def reset_inbox(self) -> None:
         await self.drop_redis_keys()
-        tables = "webhook_event, workspace_member, workspace, app_user, billing_sync, job_outbox"
+        tables = "webhook_event, workspace_member, workspace, app_user, billing_sync, job_outbox, workspace_change"
         # A running worker may still be finishing what a processed event led to (a seat change's member limit):
         # TRUNCATE then can deadlock with its statement, and the one chosen to fail is taken again.
         for attempt in range(5):

@@ -50,6 +50,13 @@ class Mode:
     # tracing_cost: the same, with tracing on (every span exported) and off
     tracing_intake_rounds: int = 3
     tracing_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
+    # journal cost (drain phase): the order of its drains, one worker each, with the journal and without
+    journal_drains: tuple[str, ...] = ("on", "off", "off", "on")
+    # timeline: the inbox's rows, the workspace's events and journal rows among them, the requests timed
+    timeline_inbox_rows: int = 200_000
+    timeline_workspace_events: int = 10_000
+    timeline_journal_rows: int = 10_000
+    timeline_requests: int = 50
 
 
 MODES = {
@@ -84,6 +91,11 @@ MODES = {
         connections=16,  # the intake's: its kept API's pool grows to as many
         tracing_intake_rounds=1,
         tracing_drains=("on", "off"),
+        journal_drains=("on", "off"),
+        timeline_inbox_rows=4_000,
+        timeline_workspace_events=400,
+        timeline_journal_rows=400,
+        timeline_requests=10,
     ),
     "quick": Mode("quick", 8.0, 2.0, 1, 15.0, 2.0, 3_000, 100_000, 1_000),
     "full": Mode(
@@ -103,5 +115,6 @@ MODES = {
         outage_seconds=300.0,
         isolation_flood=20_000,
         fairness_flood=20_000,
+        timeline_inbox_rows=1_000_000,
     ),
 }

@@ -22,7 +22,7 @@ Every workspace must end as the stub has it.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from bench.backlog import due_in, queue_events_due, until_due
 from bench.inbox import Stored, store_events
 from bench.measures import profiler
 from bench.phase_drain import one_worker_clerk_drain
+from bench.phase_journal import WITHOUT_JOURNAL, stripe_journal_cost
 from bench.stripe import BUDGET_PER_SECOND, STUB_LIMIT_PER_SECOND
 
 if TYPE_CHECKING:
@@ -80,7 +81,20 @@ async def stripe_backlog(run: Run) -> None:
     clerk_cpu_ms = run.results.get("drain_cpu_ms_1w")
     if clerk_cpu_ms is None:  # the drain phase did not run: measured as it measures it
         _, clerk_cpu_ms = await one_worker_clerk_drain(run, "clerk reference", "sr")
-    main = await drain_backlog(run, run.stripe, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seed)
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    runs: list[Drained] = []
+    # The same backlog drained again and again, by workers with the journal and without its writes, in turn
+    # (phase_journal): the first with it gives the phase's own figures.
+    for kind in mode.journal_drains:
+        launcher = WITHOUT_JOURNAL if kind == "off" else ()
+        drained = await drain_backlog(
+            run, run.stripe, mode.stripe_backlog_events, mode.stripe_backlog_customers, _seed, launcher=launcher
+        )
+        cpu[kind].append(drained.worker_cpu_seconds / drained.events * 1000)
+        if kind == "on":
+            runs.append(drained)
+    stripe_journal_cost(run, cpu["on"], cpu["off"])
+    main = runs[0]
     cpu_ms = main.worker_cpu_seconds / main.events * 1000
     run.results.update(
         stripe_backlog_429=main.rate_limited,
@@ -99,11 +113,17 @@ async def stripe_backlog(run: Run) -> None:
 
 
 async def drain_backlog(
-    run: Run, stub: StripeStub, events: int, customers: int, seed: Seeder, label: str = "stripe backlog"
+    run: Run,
+    stub: StripeStub,
+    events: int,
+    customers: int,
+    seed: Seeder,
+    label: str = "stripe backlog",
+    launcher: Sequence[str] = (),
 ) -> Drained:
     """Seed, two workers, queue the backlog due at one instant, time from it until both queues are empty, check;
-    releases the workers."""
-    managed = await run.fleet.workers(WORKERS, STRIPE_QUEUES)
+    releases the workers. ``launcher``: what runs the workers (``bench.without_journal``)."""
+    managed = await run.fleet.workers(WORKERS, STRIPE_QUEUES, launcher)
     await run.reset_inbox()
     stub.reset()
     stub.enforce_rate_limit(STUB_LIMIT_PER_SECOND)

@@ -49,6 +49,8 @@ REQUIRED_KEYS = (
     "metrics_worker_cpu_cost",
     "tracing_intake_cost",
     "tracing_worker_cost",
+    "journal_worker_cost",
+    "timeline_p99_ms",
     "api_rss_mb",
     "worker_rss_mb",
 )

@@ -41,6 +41,10 @@ def _check(predicate: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, A
     return ok
 
 
+def _percent(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: f"{r[key] * 100:.1f}%" if r.get(key) is not None else "n/a"
+
+
 def _ms_pair(phase: str) -> Callable[[dict[str, Any]], str]:
     return lambda r: f"{_f(f'{phase}_probe_p50_ms', 0)(r)} / {_f(f'{phase}_probe_p99_ms', 0)(r)}"
 
@@ -366,6 +370,36 @@ ROWS = (
     *ADAPTER_ROWS,
     *_cost_rows("metrics", "metrics_worker_cpu", "<= 5%", 0.05, "(Clerk events, /metrics scraped every second)"),
     *_cost_rows("tracing", "tracing_worker", "<= 10%", 0.10, "(Clerk events, every span exported)"),
+    Row(
+        "journal: worker CPU per Clerk event, its cost",
+        _percent("journal_worker_cost_clerk"),
+        lambda r: (
+            f"{_f('journal_clerk_cpu_ms_on', 2)(r)} ms with the journal, {_f('journal_clerk_cpu_ms_off', 2)(r)} ms "
+            "without (bench/without_journal.py)"
+        ),
+        "<= 10%",
+        _check(lambda r: r["journal_worker_cost_clerk"] <= 0.10),
+    ),
+    Row(
+        "journal: worker CPU per Stripe backlog event, its cost",
+        _percent("journal_worker_cost_stripe"),
+        lambda r: (
+            f"{_f('journal_stripe_cpu_ms_on', 2)(r)} ms with the journal, {_f('journal_stripe_cpu_ms_off', 2)(r)} ms "
+            "without, the same backlog"
+        ),
+        "<= 10%",
+        _check(lambda r: r["journal_worker_cost_stripe"] <= 0.10),
+    ),
+    Row(
+        "timeline page p50 / p99 (ms)",
+        lambda r: f"{_f('timeline_p50_ms', 1)(r)} / {_f('timeline_p99_ms', 1)(r)}",
+        lambda r: (
+            f"{_f('timeline_requests')(r)} requests; a workspace of {_f('timeline_workspace_events')(r)} events and "
+            f"{_f('timeline_journal_rows')(r)} journal rows in an inbox of {_f('timeline_inbox_rows')(r)} rows"
+        ),
+        "p99 <= 100",
+        _check(lambda r: r["timeline_p99_ms"] <= 100),
+    ),
     Row("API peak RSS (MB)", _f("api_rss_mb", 0), _text(""), "<= 150", _check(lambda r: r["api_rss_mb"] <= 150)),
     Row(
         "worker peak RSS (MB)",

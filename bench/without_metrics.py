@@ -8,9 +8,9 @@ such switch (its metrics are always on); this exists only to measure them.
 
 from __future__ import annotations
 
-import runpy
-import sys
 from typing import Any
+
+from bench.switched import run_switched
 
 
 class _Nothing:
@@ -36,11 +36,7 @@ def switch_off() -> None:
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m bench.without_metrics MODULE [ARGS...]")
-    switch_off()
-    module, sys.argv = sys.argv[1], sys.argv[1:]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    run_switched(switch_off, "python -m bench.without_metrics MODULE [ARGS...]")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 
 from app.billing.events_api import StripeEventSource
 from app.billing.stripe_objects import stripe_id
-from app.billing.sync import request_sync
+from app.billing.sync import preview_sync, request_sync
 from app.billing.thin_events import THIN_SUBJECTS, known_keys, related_id
 from app.webhooks.handlers import SyncedEvents
 from app.webhooks.providers.stripe import is_thin_event
@@ -44,6 +44,11 @@ def _subject(kind: str, field: str) -> Callable[[Mapping[str, Any]], str | None]
     return subject
 
 
+def customer_tenant(customer_id: str) -> str:
+    """The tenant key of a Stripe customer's events (and so of its workspace's, in the inbox): the id itself."""
+    return customer_id
+
+
 def stripe_tenant(event_type: str, payload: Mapping[str, Any]) -> str | None:
     """The customer the event's object belongs to; an object that names none (a dispute, a refund): its charge.
 
@@ -53,7 +58,8 @@ def stripe_tenant(event_type: str, payload: Mapping[str, Any]) -> str | None:
     if is_thin_event(event_type, payload):
         return related_id(payload)
     obj = _object(payload)
-    return _link(obj, "customer") or _link(obj, "charge")
+    customer = _link(obj, "customer")
+    return customer_tenant(customer) if customer is not None else _link(obj, "charge")
 
 
 # The Stripe events billing handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores,
@@ -78,5 +84,6 @@ STRIPE_EVENTS = SyncedEvents(
     sync=request_sync,
     tenant_key=stripe_tenant,
     backfill=StripeEventSource(_SYNCED.handles),
+    preview=preview_sync,
     known=known_keys,
 )

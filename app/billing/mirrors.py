@@ -19,6 +19,7 @@ from app.billing.budget import Turn
 from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
 from app.billing.stripe_objects import MirroredObject, MirrorKind
+from app.identity import billing_state
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class MirrorService:
         workspace_id = None
         if customer_id is not None:  # a checkout linking the customer commits first
             await BillingRepository.lock_customer(self.session, customer_id)
-            workspace_id = await BillingRepository.workspace_of_customer(self.session, customer_id)
+            workspace_id = await billing_state.workspace_of_customer(self.session, customer_id)
         read = {obj.stripe_id: obj for obj in objects}
         new = []
         for row, created in await BillingRepository.lock_mirror_rows(self.session, kind, list(read)):

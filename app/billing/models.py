@@ -8,16 +8,23 @@ from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, SmallInteger, 
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from app.core.db import Base
+from app.core.journal import NOT_JOURNALED
+from app.identity.journal import Journaled
 
 
-class StripeMirrorColumns:
+class StripeMirrorColumns(Journaled):
+    """A Stripe object as last read; ``Journaled``: each change a sync writes is in the workspace's journal."""
+
     stripe_id: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
     status: Mapped[str | None] = mapped_column(String(64), nullable=True)
     amount: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     currency: Mapped[str | None] = mapped_column(String(8), nullable=True)
     reason: Mapped[str | None] = mapped_column(String(128), nullable=True)
     stripe_created_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    synced_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    # When what is written was read: bookkeeping, so a read that found what was stored journals nothing.
+    synced_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now(), info=NOT_JOURNALED
+    )
 
     @declared_attr
     def workspace_id(cls) -> Mapped[int | None]:

@@ -22,6 +22,7 @@ from app.billing.services import billing_columns, paid_seats
 from app.billing.stripe_gateway import StripeGateway, stripe_gateway
 from app.core.redaction import SecretScrubber
 from app.core.resources import Resources
+from app.identity import billing_state
 from app.identity.seats import reseat
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,8 @@ class ReconcileReport:
 async def due_workspaces(resources: Resources, *, every: bool) -> list[tuple[int, str]]:
     """Linked workspaces (id, customer) not synced for ``BILLING_RECONCILE_AFTER_HOURS`` (or all of them)."""
     hours = resources.settings.billing_reconcile_after_hours
-    return await BillingRepository(resources.db).due_workspaces(every=every, stale_hours=hours)
+    async with resources.db.session() as session:
+        return list(await billing_state.linked_workspaces(session, every=every, stale_hours=hours))
 
 
 async def reconcile_billing(resources: Resources, *, every: bool = False, dry_run: bool = False) -> ReconcileReport:
@@ -121,7 +123,7 @@ async def _reconcile_one(
 ) -> list[Difference]:
     async with resources.db.session() as session:
         await BillingRepository.lock_customer(session, customer_id)
-        stored = await BillingRepository.locked_billing(session, workspace_id, customer_id)
+        stored = await billing_state.locked_billing(session, workspace_id, customer_id)
         if stored is None:  # unlinked meanwhile
             return []
         read_began = await BillingRepository.clock(session)
@@ -135,7 +137,7 @@ async def _reconcile_one(
         ]
         if dry_run:
             return differences
-        await BillingRepository.write_billing(session, workspace_id, columns, read_began)
+        await billing_state.write_billing(session, workspace_id, columns, read_began)
         _, seats = await reseat(session, workspace_id, wanted["member_limit"])
         await session.commit()
     if seats.changed:

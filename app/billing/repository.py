@@ -1,9 +1,8 @@
-"""Billing's repository: every statement on billing's tables and on the billing columns of ``workspace``.
+"""Billing's repository: every statement on billing's tables (syncs and the mirrors of Stripe objects).
 
-Billing owns those columns (``stripe_customer_id`` and the subscription's
-state, ``billing_synced_at``); identity owns the rest of the row, and the
-member limit, which billing sets through identity's seats service. The
-statements of a sync's hot path are built once.
+The workspace row is identity's: billing reads and writes its billing columns
+through ``app/identity/billing_state.py``, and sets its member limit through
+identity's seats service. The statements of a sync's hot path are built once.
 
 Syncs (``billing_sync``) are handed off under the row's lock, in autocommit:
 :meth:`BillingRepository.want_sync` (an event asks), :meth:`claim_sync` (a
@@ -13,19 +12,18 @@ in the sync's own transaction, :meth:`sync_done`. See ``app/billing/sync.py``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, cast
+from datetime import datetime
+from typing import cast
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.billing.models import BillingDispute, BillingFraudWarning, BillingRefund, StripeMirrorColumns
 from app.billing.stripe_objects import MirroredObject, MirrorKind
 from app.core.db import Database, driver_connection
-from app.identity.models import Workspace
 
 # Advisory-lock classes of Stripe customers and of sync subjects (two-key locks: apart from every one-key lock,
 # e.g. the inbox's).
@@ -33,10 +31,6 @@ _CUSTOMER_LOCK_CLASS = 0x5354
 _SUBJECT_LOCK_CLASS = 0x5355
 _LOCK_CUSTOMER = text(f"SELECT pg_advisory_xact_lock({_CUSTOMER_LOCK_CLASS}, hashtext(:customer_id))")
 _LOCK_SUBJECT = text(f"SELECT pg_advisory_xact_lock({_SUBJECT_LOCK_CLASS}, hashtext(:subject))")
-_LOCK_WORKSPACE_OF_CUSTOMER = text(
-    "SELECT id, billing_synced_at FROM workspace WHERE stripe_customer_id = :customer_id FOR UPDATE"
-)
-_WORKSPACE_OF_CUSTOMER = text("SELECT id FROM workspace WHERE stripe_customer_id = :customer_id")
 
 # An event asks for a sync of its subject. Under the row's lock (the upsert's): a pending sync (it begins its
 # read later) covers it; so does one whose read began after the event arrived, until that read is stale (its
@@ -93,6 +87,10 @@ UPDATE billing_sync SET pending = pending OR ($3 AND generation = $2), in_flight
        due_at = CASE WHEN $3 AND generation = $2 THEN clock_timestamp() + make_interval(secs => $5) ELSE due_at END
 WHERE subject = $1 AND in_flight_generation = $2
 """
+_SYNC_STATE = """
+SELECT subject, generation, pending, in_flight_generation IS NOT NULL AS in_flight, due_at, read_began
+FROM billing_sync WHERE subject = $1
+"""
 _SYNC_DONE = text(
     "UPDATE billing_sync SET in_flight_generation = NULL, calls = :calls "
     "WHERE subject = :subject AND in_flight_generation = :generation"
@@ -125,6 +123,18 @@ class WantedSync:
     was lost: queue it again)."""
     calls: int
     """Stripe calls the subject's last sync made: the turn to reserve."""
+
+
+@dataclass(frozen=True)
+class SyncState:
+    """A subject's sync as operators see it: one waits for its turn (pending) or reads now (in flight)."""
+
+    subject: str
+    generation: int
+    pending: bool
+    in_flight: bool
+    due_at: datetime | None
+    read_began: datetime | None
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,11 @@ class BillingRepository:
         async with driver_connection(self.db) as connection:
             await connection.execute(_RELEASE_SYNC, subject, generation, again, calls, due_in)
 
+    async def sync_state(self, subject: str) -> SyncState | None:
+        async with driver_connection(self.db) as connection:
+            row = await connection.fetchrow(_SYNC_STATE, subject)
+        return SyncState(**dict(row)) if row is not None else None
+
     @staticmethod
     async def sync_done(session: AsyncSession, subject: str, generation: int, calls: int) -> None:
         """In the sync's transaction, before its events are marked (the hand-off's lock order)."""
@@ -177,7 +192,7 @@ class BillingRepository:
             customer: str | None = await connection.fetchval(_CUSTOMER_HOLDING[kind], stripe_id)
         return customer
 
-    # Locks, in billing's order: the sync's subject, the customer, then the rows ---------------------------
+    # Locks, in billing's order: the sync's subject, the customer, then the rows (the workspace: identity's) ----
     @staticmethod
     async def lock_subject(session: AsyncSession, subject: str) -> None:
         """Syncs of one subject one after the other: a run claims its generation only once it holds this."""
@@ -188,81 +203,9 @@ class BillingRepository:
         await session.execute(_LOCK_CUSTOMER, {"customer_id": customer_id})
 
     @staticmethod
-    async def lock_workspace_of_customer(session: AsyncSession, customer_id: str) -> int | None:
-        locked = await BillingRepository.lock_billing_of_customer(session, customer_id)
-        return locked[0] if locked is not None else None
-
-    @staticmethod
-    async def lock_billing_of_customer(session: AsyncSession, customer_id: str) -> tuple[int, datetime | None] | None:
-        """The customer's workspace, locked: its id and when the read its billing was last written from began."""
-        row = (await session.execute(_LOCK_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id})).first()
-        return (int(row.id), row.billing_synced_at) if row is not None else None
-
-    @staticmethod
-    async def workspace_of_customer(session: AsyncSession, customer_id: str) -> int | None:
-        return cast("int | None", await session.scalar(_WORKSPACE_OF_CUSTOMER, {"customer_id": customer_id}))
-
-    @staticmethod
-    async def lock_workspace(session: AsyncSession, *, workspace_id: int | None, clerk_org_id: str | None) -> Any:
-        """The workspace (id, stripe_customer_id), locked, by its primary key or its Clerk organization id."""
-        condition = Workspace.id == workspace_id if workspace_id is not None else Workspace.clerk_org_id == clerk_org_id
-        query = select(Workspace.id, Workspace.stripe_customer_id).where(condition).with_for_update()
-        return (await session.execute(query)).first()
-
-    # The billing columns of workspace --------------------------------------------------------------------
-    @staticmethod
-    async def link_customer(session: AsyncSession, workspace_id: int, customer_id: str) -> None:
-        await session.execute(
-            update(Workspace).where(Workspace.id == workspace_id).values(stripe_customer_id=customer_id)
-        )
-
-    @staticmethod
-    async def write_billing(
-        session: AsyncSession, workspace_id: int, columns: Mapping[str, Any], read_began: datetime
-    ) -> bool:
-        """Write what a read that began at ``read_began`` found, unless a later read was written already."""
-        written = await session.execute(
-            update(Workspace)
-            .where(
-                Workspace.id == workspace_id,
-                or_(Workspace.billing_synced_at.is_(None), Workspace.billing_synced_at <= read_began),
-            )
-            .values(**columns, billing_synced_at=read_began)
-            .returning(Workspace.id)
-        )
-        return written.first() is not None
-
-    @staticmethod
-    async def locked_billing(session: AsyncSession, workspace_id: int, customer_id: str) -> dict[str, Any] | None:
-        """The workspace's billing columns and member limit, locked; None once unlinked from ``customer_id``."""
-        row = await session.scalar(
-            select(Workspace)
-            .where(Workspace.id == workspace_id, Workspace.stripe_customer_id == customer_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-        if row is None:
-            return None
-        columns = ("subscription_id", "subscription_status", "price_id", "seat_quantity", "current_period_end")
-        state = {column: getattr(row, column) for column in columns}
-        return {**state, "cancel_at_period_end": row.cancel_at_period_end, "member_limit": row.member_limit}
-
-    @staticmethod
     async def clock(session: AsyncSession) -> datetime:
         """Now by the database's clock, the one ``received_at`` is stamped with."""
         return cast(datetime, await session.scalar(select(func.clock_timestamp())))
-
-    async def due_workspaces(self, *, every: bool, stale_hours: int) -> list[tuple[int, str]]:
-        """Linked workspaces (id, customer) not synced for ``stale_hours`` (or all of them)."""
-        query = select(Workspace.id, Workspace.stripe_customer_id).where(
-            Workspace.stripe_customer_id.is_not(None), Workspace.deleted_at.is_(None)
-        )
-        if not every:
-            stale_before = func.now() - timedelta(hours=stale_hours)
-            query = query.where(or_(Workspace.billing_synced_at.is_(None), Workspace.billing_synced_at < stale_before))
-        async with self.db.session() as session:
-            rows = (await session.execute(query.order_by(Workspace.id))).all()
-        return [(int(row[0]), str(row[1])) for row in rows]
 
     # Mirrors of disputes, refunds and fraud warnings ---------------------------------------------------
     @staticmethod
@@ -291,7 +234,10 @@ class BillingRepository:
     def write_mirror(
         row: StripeMirrorColumns, created: bool, obj: MirroredObject, workspace_id: int | None, read_began: datetime
     ) -> bool:
-        """Write the object as read (flushed with the session), unless a later read was written already."""
+        """Write the object as read, unless a later read was written already.
+
+        Flushed with the session, which journals what changed (the mirrors are ``Journaled``).
+        """
         if not created and row.synced_at > read_began:
             return False
         row.workspace_id = workspace_id

@@ -34,6 +34,7 @@ from app.billing.budget import Turn
 from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
 from app.billing.stripe_objects import CustomerBilling, CustomerOfKind
+from app.identity import billing_state
 from app.queue.errors import PermanentError
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class BillingService:
         events it covers are measured against.
         """
         await BillingRepository.lock_customer(self.session, customer_id)
-        locked = await BillingRepository.lock_billing_of_customer(self.session, customer_id)
+        locked = await billing_state.lock_billing_of_customer(self.session, customer_id)
         if locked is None:
             logger.info("Stripe customer %s is linked to no workspace: nothing to sync.", customer_id)
             return None
@@ -149,18 +150,18 @@ class BillingService:
 
     async def _read_and_write(self, workspace_id: int, customer_id: str, read_began: datetime) -> BillingSync:
         billing = await self.gateway.customer_billing(customer_id, self.turn)
-        if not await BillingRepository.write_billing(self.session, workspace_id, billing_columns(billing), read_began):
+        if not await billing_state.write_billing(self.session, workspace_id, billing_columns(billing), read_began):
             logger.info("Workspace %s was written from a later read of Stripe meanwhile: kept.", workspace_id)
         return BillingSync(workspace_id, paid_seats(billing, self.free_plan_member_limit))
 
     async def _lock_referenced_workspace(self, session_id: str, reference: str) -> tuple[int, str | None]:
         """The workspace's id and the customer it is linked to now, locked."""
         by_id = reference.isdigit() and len(reference) <= _MAX_BIGINT_DIGITS
-        found = await BillingRepository.lock_workspace(
+        found = await billing_state.lock_workspace(
             self.session, workspace_id=int(reference) if by_id else None, clerk_org_id=None if by_id else reference
         )
         if found is not None:
-            return int(found.id), found.stripe_customer_id
+            return found
         if by_id:
             raise PermanentError(
                 f"Checkout session {session_id} names workspace {reference} (client_reference_id), which does not "
@@ -175,7 +176,7 @@ class BillingService:
     async def _link(self, workspace_id: int, linked: str | None, customer_id: str, session_id: str) -> None:
         if linked == customer_id:
             return
-        holder = await BillingRepository.workspace_of_customer(self.session, customer_id)
+        holder = await billing_state.workspace_of_customer(self.session, customer_id)
         if holder is not None:
             raise PermanentError(
                 f"Checkout session {session_id} links Stripe customer {customer_id} to workspace {workspace_id}, "
@@ -190,4 +191,4 @@ class BillingService:
                 customer_id,
                 session_id,
             )
-        await BillingRepository.link_customer(self.session, workspace_id, customer_id)
+        await billing_state.link_customer(self.session, workspace_id, customer_id)

@@ -53,13 +53,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.billing.budget import STRIPE, TURN_EARLY_SECONDS, BudgetShortfall, Turn
 from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
-from app.billing.services import BillingService, BillingSync
+from app.billing.services import BillingService, BillingSync, NewestEvent
 from app.billing.stripe_gateway import stripe_budget, stripe_gateway
 from app.core import tracing
+from app.core.journal import caused_by, event_cause
 from app.core.resources import Resources
 from app.core.sentry import report_exception
 from app.identity.seats import set_member_limit
@@ -211,48 +213,90 @@ class _Sync:
                 logger.info("Sync of %s (generation %s) superseded by a later one: nothing to do.", subject, generation)
                 return None
             self.read_began = claim.read_began
-            if await coverage.newest_covered(resources.db, subject, claim.read_began) is None:
+            covered = await coverage.covered(resources.db, subject, claim.read_began)
+            if covered.newest is None:
                 logger.info("Sync of %s: its events were covered by an earlier read; no read.", subject)
                 await repo.release_sync(subject, generation, again=False)
                 return None
-            processed = await self._read_and_write(session, claim.read_began)
-            await session.commit()
+            read_began = claim.read_began
+
+            def newest_event() -> Awaitable[datetime | None]:
+                return coverage.newest_covered(resources.db, subject, read_began)
+
+            with caused_by(event_cause(covered.newest)):  # what the journal names as the cause of its writes
+                cause = sync_cause(subject, generation)
+                await read_and_write(resources, session, subject, read_began, self.turn, cause, newest_event)
+                await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
+                processed = await coverage.mark_covered(session, subject, claim.read_began)
+                await session.commit()
         await _relay(resources, session, subject)
         return processed
 
-    async def _read_and_write(self, session: Any, read_began: datetime) -> coverage.Processed:
-        resources, subject, generation = self.resources, self.subject, self.generation
-        synced = await self._read(session, read_began)
-        if synced is not None:  # identity owns seats: it re-seats the members after the commit
-            cause = f"sync:{subject}:{generation}"
-            await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
-        await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
-        return await coverage.mark_covered(session, subject, read_began)
 
-    async def _read(self, session: Any, read_began: datetime) -> BillingSync | None:
-        """Read the subject and write it; the workspace synced, if any."""
-        kind, _, object_id = self.subject.partition(":")
-        resources, settings = self.resources, self.resources.settings
-        gateway = stripe_gateway(resources)
+def sync_cause(subject: str, generation: int) -> str:
+    """The run a member-limit job follows (``identity.seats``): one job per sync that changed the limit."""
+    return f"sync:{subject}:{generation}"
 
-        def newest_event() -> Awaitable[datetime | None]:
-            return coverage.newest_covered(resources.db, self.subject, read_began)
 
-        billing = BillingService(session, gateway, settings.free_plan_member_limit, self.turn, newest_event)
-        mirrors = MirrorService(session, gateway, self.turn)
-        if kind == "customer":
-            return await billing.sync_customer(object_id, read_began)
-        if kind in ("subscription", "invoice"):
-            return await billing.sync_customer_of(kind, object_id, read_began)  # type: ignore[arg-type]
-        if kind == "checkout":
-            return await billing.link_checkout(object_id, read_began)
-        if kind in ("dispute", "refund", "early_fraud_warning"):
-            await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
-        elif kind == "charge":
-            await mirrors.sync_refunds_of_charge(object_id, read_began)
-        else:
-            raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({self.subject}).")
-        return None
+async def read_and_write(
+    resources: Resources,
+    session: AsyncSession,
+    subject: str,
+    read_began: datetime,
+    turn: Turn | None,
+    cause: str,
+    newest_event: NewestEvent | None = None,
+) -> None:
+    """A sync's work on our tables: ``subject`` read from Stripe and written, in ``session`` (which it never commits).
+
+    Without the sync's bookkeeping (its ``billing_sync`` row, the events it
+    covers): the sync adds those, a dry run (:func:`preview_sync`) does not.
+    ``turn``: the sync's turn of the budget (None: each call waits for a slot,
+    as a command's). ``cause``: the run that stages a member-limit job.
+    ``newest_event``: the sync's (``BillingService``; None: always read).
+    """
+    synced = await _read(resources, session, subject, read_began, turn, newest_event)
+    if synced is not None:  # identity owns seats: it re-seats the members after the commit
+        await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
+
+
+async def _read(
+    resources: Resources,
+    session: AsyncSession,
+    subject: str,
+    read_began: datetime,
+    turn: Turn | None,
+    newest_event: NewestEvent | None,
+) -> BillingSync | None:
+    """Read the subject and write it; the workspace synced, if any."""
+    kind, _, object_id = subject.partition(":")
+    gateway = stripe_gateway(resources)
+    billing = BillingService(session, gateway, resources.settings.free_plan_member_limit, turn, newest_event)
+    mirrors = MirrorService(session, gateway, turn)
+    if kind == "customer":
+        return await billing.sync_customer(object_id, read_began)
+    if kind in ("subscription", "invoice"):
+        return await billing.sync_customer_of(kind, object_id, read_began)  # type: ignore[arg-type]
+    if kind == "checkout":
+        return await billing.link_checkout(object_id, read_began)
+    if kind in ("dispute", "refund", "early_fraud_warning"):
+        await mirrors.sync_object(kind, object_id, read_began)  # type: ignore[arg-type]
+    elif kind == "charge":
+        await mirrors.sync_refunds_of_charge(object_id, read_began)
+    else:
+        raise PermanentError(f"No sync reads Stripe subjects of kind {kind!r} ({subject}).")
+    return None
+
+
+async def preview_sync(resources: Resources, session: AsyncSession, subject: str) -> None:
+    """A dry run's sync (``SyncedEvents.preview``): the read and the writes in ``session``, which the caller rolls back.
+
+    No ``billing_sync`` generation is claimed and no event covered, so the read
+    counts as no sync: a real replay after it reads Stripe again. Its calls pass
+    the budget as a command's do.
+    """
+    read_began = await BillingRepository.clock(session)
+    await read_and_write(resources, session, subject, read_began, None, f"preview:{subject}")
 
 
 async def _relay(resources: Resources, session: Any, subject: str) -> None:

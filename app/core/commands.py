@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import click
 
 from app.core import tracing
+from app.core.journal import caused_by
 from app.core.module import FeatureModule
 from app.core.resources import Resources
 from app.core.sentry import flush_sentry
@@ -104,7 +105,8 @@ def run_with_resources(app: Litestar, work: Callable[[Resources], Awaitable[T]])
     async def main() -> T:
         resources = runtime.open_for_command()
         try:
-            return await work(resources)
+            with caused_by(_command_name()):  # the change journal's cause of what the command writes
+                return await work(resources)
         finally:
             await resources.close()
 
@@ -114,6 +116,14 @@ def run_with_resources(app: Litestar, work: Callable[[Resources], Awaitable[T]])
             return asyncio.run(main())
     finally:
         flush_sentry()
+
+
+def _command_name() -> str:
+    """The command as typed, from the CLI's own name on (``litestar billing reconcile``), options left out."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return "a command"
+    return " ".join(["litestar", *context.command_path.split()[1:]])
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:

@@ -24,6 +24,7 @@ import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -67,6 +68,9 @@ class UpstreamDeclaration(Protocol):
 
 WebhookHandler = Callable[[Any], Awaitable[None]]
 """Runs one inbox event, given its ``app.webhooks.handlers.WebhookContext`` (an ``EventRoutes``, or a function)."""
+
+Retention = Callable[["Resources", datetime], Awaitable[int]]
+"""``delete(resources, now)``: the module's own rows past their retention deleted in batches; how many."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,9 @@ class FeatureModule:
 
     webhook_handlers: Mapping[str, WebhookHandler] = field(default_factory=dict)
     """Provider name -> the handler of the events of that provider this module owns (``app.webhooks.handlers``)."""
+
+    retention: Mapping[str, Retention] = field(default_factory=dict)
+    """What the retention cron deletes besides processed events: what it is (for its log line) -> ``delete``."""
 
     models: Sequence[type[Base]] = ()
     """Its SQLAlchemy models: listing them here is what makes Alembic and the tests see their tables."""

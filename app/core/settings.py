@@ -105,6 +105,10 @@ class Settings:
     )
     webhook_retention_cron: str = field(default="30 3 * * *", metadata=env("WEBHOOK_RETENTION_CRON", _CRON))
     webhook_event_retention_days: int = field(default=30, metadata=env("WEBHOOK_EVENT_RETENTION_DAYS", kind.whole(0)))
+    # The change journal holds names and emails: kept this long, then deleted by the retention cron.
+    workspace_change_retention_days: int = field(
+        default=90, metadata=env("WORKSPACE_CHANGE_RETENTION_DAYS", kind.whole(0))
+    )
     webhook_backfill_cron: str = field(default="17 * * * *", metadata=env("WEBHOOK_BACKFILL_CRON", _CRON))
     # Stripe keeps events 30 days: a longer lookback would only ask for what is gone.
     webhook_backfill_lookback_hours: int = field(

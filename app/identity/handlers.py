@@ -90,7 +90,12 @@ def clerk_tenant(event_type: str, payload: Mapping[str, Any]) -> str | None:
         key = data.get("id")
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
         return None
-    return f"user:{key}" if event_type.startswith("user.") else f"org:{key}"
+    return f"user:{key}" if event_type.startswith("user.") else organization_tenant(key)
+
+
+def organization_tenant(clerk_org_id: str) -> str:
+    """The tenant key of a Clerk organization's events (and so of its workspace's, in the inbox)."""
+    return f"org:{clerk_org_id}"
 
 
 # The Clerk events identity handles (docs/deploy.md lists them to subscribe to), and so the ones the intake stores,

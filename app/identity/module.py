@@ -6,7 +6,8 @@ from app.identity.cli import identity_group
 from app.identity.crons import IdentityReconcileCronJob
 from app.identity.handlers import CLERK_EVENTS
 from app.identity.jobs import IDENTITY_QUEUE, ApplyWorkspaceMemberLimitJob
-from app.identity.models import AppUser, Workspace, WorkspaceMember
+from app.identity.journal import delete_old_changes
+from app.identity.models import AppUser, Workspace, WorkspaceChange, WorkspaceMember
 
 MODULE = FeatureModule(
     name="identity",
@@ -16,5 +17,6 @@ MODULE = FeatureModule(
     cli_groups=[identity_group],
     upstreams=[CLERK],
     webhook_handlers={"clerk": CLERK_EVENTS},
-    models=[Workspace, AppUser, WorkspaceMember],
+    retention={"workspace change journal row": delete_old_changes},
+    models=[Workspace, AppUser, WorkspaceMember, WorkspaceChange],
 )

@@ -19,6 +19,7 @@ __all__ = [
     "ApplyWorkspaceMemberLimitData",
     "ApplyWorkspaceMemberLimitJob",
     "MemberLimitResult",
+    "member_limit_job_id",
     "reseat",
     "set_member_limit",
 ]
@@ -38,10 +39,15 @@ async def set_member_limit(
     await queue.add(
         ApplyWorkspaceMemberLimitJob,
         ApplyWorkspaceMemberLimitData(workspace_id=workspace_id),
-        deduplication_id=f"member-limit:{workspace_id}:{cause}",
+        deduplication_id=member_limit_job_id(workspace_id, cause),
         session=session,
     )
     return True
+
+
+def member_limit_job_id(workspace_id: int, cause: str) -> str:
+    """The member-limit job ``set_member_limit`` staged for ``cause``: an operator can ask whether it still waits."""
+    return f"member-limit:{workspace_id}:{cause}"
 
 
 async def reseat(session: AsyncSession, workspace_id: int, limit: int) -> tuple[bool, MemberLimitResult]:

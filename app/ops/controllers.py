@@ -29,8 +29,10 @@ from app.core.commands import parse_duration
 from app.core.resources import Resources
 from app.ops import auth
 from app.ops.services import BACKFILL_HOURS, NotFound, OpsActions, OpsPages
-from app.ops.views import PAGE_SIZE, EventFilters, ago, duration, pretty_json
+from app.ops.timeline import Cursor
+from app.ops.views import PAGE_SIZE, EventFilters, ago, breakable, duration, pretty_json
 from app.webhooks.inbox import STATES
+from app.webhooks.preview import shown
 
 logger = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -54,6 +56,7 @@ def _context(request: Request[Any, Any, Any], message: str | None, **context: An
         "now": datetime.now(UTC),
         "ago": ago,
         "duration": duration,
+        "breakable": breakable,
         **context,
     }
 
@@ -73,6 +76,10 @@ def _page(
         status_code=status_code,
         headers=headers,
     )
+
+
+def _event_page(request: Request[Any, Any, Any], event: Any, message: str | None, **context: Any) -> Template:
+    return _page(request, "event", message, event=event, payload=pretty_json(event.payload), **context)
 
 
 def _error_page(request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:
@@ -154,8 +161,7 @@ class OpsController(Controller):
     async def event(
         self, request: Request[Any, Any, Any], ops_pages: NamedDependency[OpsPages], row_id: FromPath[int]
     ) -> Template:
-        event = await ops_pages.event(row_id)
-        return _page(request, "event", auth.take_flash(request), event=event, payload=pretty_json(event.payload))
+        return _event_page(request, await ops_pages.event(row_id), auth.take_flash(request))
 
     @post("/events/{row_id:int}/retry", guards=[auth.operator_guard], include_in_schema=False)
     async def retry(
@@ -168,6 +174,37 @@ class OpsController(Controller):
         await auth.check_csrf(request)
         _act(request, resources, "retry", f"webhook event row {row_id}")
         return _done(request, await ops_actions.retry(row_id), f"/ops/events/{row_id}")
+
+    @post("/events/{row_id:int}/preview", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
+    async def preview(
+        self,
+        request: Request[Any, Any, Any],
+        resources: NamedDependency[Resources],
+        ops_pages: NamedDependency[OpsPages],
+        ops_actions: NamedDependency[OpsActions],
+        row_id: FromPath[int],
+    ) -> Template:
+        """The event's page with what a replay would change: answered at once (it writes nothing to redo)."""
+        await auth.check_csrf(request)
+        _act(request, resources, "preview replay", f"webhook event row {row_id}")
+        preview = await ops_actions.preview(row_id)
+        event = await ops_pages.event(row_id)
+        if isinstance(preview, str):  # it could not run: why, as a refusal
+            return _event_page(request, event, preview)
+        return _event_page(request, event, None, preview=preview, shown=shown)
+
+    @get("/workspaces", guards=[auth.operator_guard], include_in_schema=False)
+    async def workspaces(self, request: Request[Any, Any, Any], ops_pages: NamedDependency[OpsPages]) -> Template:
+        query = request.query_params.get("q", "")[:255]
+        return _page(request, "workspaces", query=query, rows=await ops_pages.workspaces(query))
+
+    @get("/workspaces/{workspace_id:int}", guards=[auth.operator_guard], include_in_schema=False)
+    async def workspace(
+        self, request: Request[Any, Any, Any], ops_pages: NamedDependency[OpsPages], workspace_id: FromPath[int]
+    ) -> Template:
+        cursor = Cursor.parse(request.query_params.get("before"))
+        found = await ops_pages.timeline(workspace_id, cursor)
+        return _page(request, "workspace", timeline=found, shown=shown, first_page=cursor is None)
 
     @post("/events/{row_id:int}/replay", guards=[auth.operator_guard], include_in_schema=False)
     async def replay(

@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from app.core.resources import Resources
+from app.identity.repository import WorkspaceSummary
 from app.ops.pipeline_state import PipelineReader
+from app.ops.timeline import Cursor, Timeline, find_workspaces, timeline
 from app.ops.views import PAGE_SIZE, EventFilters, Overview, ProviderRow, RefusalRow, TenantRow
 from app.queue.crons import cron_job_id
 from app.queue.job import CronJob, CronTick
@@ -23,11 +25,14 @@ from app.webhooks import operations
 from app.webhooks.crons import BackfillWindow, WebhookBackfillJob
 from app.webhooks.inbox import EventRecord, Inbox
 from app.webhooks.operations import OperatorError, Outcome
+from app.webhooks.preview import Preview, preview_replay
 from app.webhooks.refusals import refused_by_reason_last_hour
 
 BACKFILL_HOURS = range(1, 721)
 """How far back the page's backfill may look (``webhooks backfill`` itself takes any window)."""
 TOP_TENANTS = 10
+MAX_ROW_ID = 2**63
+"""Past a bigint no row has that id (asked of Postgres, the number would be refused, not found)."""
 """The overview lists this many tenants with the most unprocessed events."""
 
 
@@ -36,7 +41,7 @@ class NotFound(LookupError):
 
 
 class OpsPages:
-    """The overview, a page of events, one event."""
+    """The overview, a page of events, one event, workspaces and a workspace's timeline."""
 
     def __init__(self, resources: Resources, inbox: Inbox, pipeline: PipelineReader, providers: Sequence[str]) -> None:
         self.resources = resources
@@ -91,6 +96,16 @@ class OpsPages:
             raise NotFound(f"No webhook event with row id {row_id}.")
         return event
 
+    async def workspaces(self, query: str) -> list[WorkspaceSummary]:
+        """By row id, Clerk organization id, Stripe customer id or a part of its name; none for no query."""
+        return await find_workspaces(self.resources, query) if query.strip() else []
+
+    async def timeline(self, workspace_id: int, cursor: Cursor | None) -> Timeline:
+        found = await timeline(self.resources, workspace_id, cursor) if workspace_id < MAX_ROW_ID else None
+        if found is None:
+            raise NotFound(f"No workspace with row id {workspace_id}.")
+        return found
+
 
 class OpsActions:
     """What the buttons do; each returns the message the page shows next."""
@@ -112,6 +127,17 @@ class OpsActions:
 
     async def replay(self, row_id: int) -> str:
         return await self._on_event(operations.replay, row_id)
+
+    async def preview(self, row_id: int) -> Preview | str:
+        """What replaying the event would change, rolled back; a message when it cannot be run."""
+        if row_id >= MAX_ROW_ID:
+            raise NotFound(f"No webhook event with row id {row_id}.")
+        try:
+            return await preview_replay(self.resources, str(row_id))
+        except OperatorError as exc:
+            if await self.inbox.get(row_id) is None:
+                raise NotFound(f"No webhook event with row id {row_id}.") from exc
+            return str(exc)
 
     async def reopen_all(self) -> str:
         return await operations.reopen_all(self.resources)

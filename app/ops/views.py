@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlencode
+
+from markupsafe import Markup, escape
 
 from app.ops.pipeline_state import PipelineState
 from app.webhooks.inbox import STATES, State
@@ -95,6 +98,20 @@ class EventFilters:
             **extra,
         }
         return urlencode({key: value for key, value in items.items() if value})
+
+
+_BREAK_AFTER = re.compile(r"([._\-:/])(?=.)")
+_BREAK_BEFORE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def breakable(text: object) -> Markup:
+    """A name as a narrow screen may break it: ``macros.html.j2``'s ``name``, in Python (a timeline shows hundreds).
+
+    Before a capital that follows a lower-case letter or a digit, after a dot, underscore, hyphen, colon or slash.
+    """
+    escaped = str(escape(str(text)))
+    # Escaping adds no capitals and only "&...;" sequences, whose ";" and "#" are no break points.
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", _BREAK_BEFORE.sub("<wbr>", escaped)))
 
 
 def pretty_json(text: str | None) -> str:

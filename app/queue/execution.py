@@ -19,6 +19,7 @@ import structlog
 from arq import Retry
 
 from app.core import tracing
+from app.core.journal import caused_by
 from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
@@ -57,6 +58,7 @@ async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *,
     )
     with (
         attempt,
+        caused_by(name),  # the change journal's cause of what the job writes
         structlog.contextvars.bound_contextvars(
             job_name=name, job_id=context.job_id, queue=queue, attempt=context.attempt
         ),

@@ -74,6 +74,12 @@ def stage(session: AsyncSession, job: EncodedJob) -> None:
     session.info.setdefault(_STAGED, []).append(row)
 
 
+def staged_in(session: AsyncSession) -> list[tuple[str, Any]]:
+    """The jobs ``session`` staged so far (name, data), without touching them: what a dry run reports it would
+    queue before it rolls back."""
+    return [(row.job_name, row.data) for row in session.info.get(_STAGED, [])]
+
+
 def committed_row_ids(session: AsyncSession) -> list[int]:
     """The ids of the rows ``session`` staged and wrote, forgotten once read.
 

@@ -1,4 +1,4 @@
-"""Operator commands: ``litestar webhooks retry-abandoned | list | retry | replay | backfill``."""
+"""Operator commands: ``litestar webhooks retry-abandoned | list | retry | replay [--dry-run] | backfill``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from app.webhooks import operations
 from app.webhooks.backfill import backfill, event_sources, parse_since, parse_time
 from app.webhooks.inbox import STATES, EventRecord, Inbox, State
 from app.webhooks.operations import OperatorError, Outcome
+from app.webhooks.preview import Preview, preview_replay
 
 SHORT_ERROR_CHARS = 200
 """``webhooks list`` cuts a last error to about this many characters, at a word, unless ``--verbose``."""
@@ -103,8 +104,28 @@ def retry_command(app: Litestar, identifier: str, provider: str | None) -> None:
 @webhooks_group.command(name="replay", help="Process a processed event again, e.g. after a handler fix.")
 @click.argument("identifier")
 @click.option("--provider", help="Needed only when an event id exists for two providers.")
-def replay_command(app: Litestar, identifier: str, provider: str | None) -> None:
-    _run(app, operations.replay, identifier, provider)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Run today's handler against the current Stripe or Clerk state, print what it would change, and roll it "
+    "all back: nothing written, nothing queued.",
+)
+def replay_command(app: Litestar, identifier: str, provider: str | None, dry_run: bool) -> None:
+    if not dry_run:
+        _run(app, operations.replay, identifier, provider)
+        return
+
+    async def work(resources: Resources) -> Preview:
+        return await preview_replay(resources, identifier, provider)
+
+    try:
+        preview = run_with_resources(app, work)
+    except OperatorError as exc:
+        raise click.ClickException(str(exc)) from None
+    for line in preview.lines():
+        click.echo(line)
+    if preview.error is not None:  # the handler would fail: so would the replay
+        raise SystemExit(1)
 
 
 @webhooks_group.command(name="backfill", help="Store the events PROVIDER lists but the inbox never received.")

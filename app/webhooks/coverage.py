@@ -4,9 +4,10 @@ A sync of a subject (billing's Stripe reads) covers the events of that subject
 that arrived by the time its read began. It asks here, never writing
 ``webhook_event`` itself:
 
-- :func:`newest_covered`: whether it covers any (a sync with nothing to cover
-  skips its read), and when the latest of them arrived (a read that began
-  after that covers them all);
+- :func:`covered`: whether it covers any (a sync with nothing to cover skips
+  its read), when the latest of them arrived (a read that began after that
+  covers them all: :func:`newest_covered`), and the last of them stored: the
+  cause its journal rows name;
 - :func:`mark_covered`: in the sync's own transaction, with what it wrote,
   they are processed; :func:`count_processed` counts them after the commit;
 - :func:`fail_covered`: a transient failure counts an attempt of each (so the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,9 +37,22 @@ Processed = Sequence[tuple[str, float | None]]
 """(provider, seconds from arrival to processing; None for a replay) of each event a sync marked."""
 
 
+@dataclass(frozen=True)
+class Covered:
+    newest_at: datetime | None
+    """When the latest of them arrived (None: the sync covers none)."""
+    newest: int | None
+    """The inbox row id of the last event stored among them: what the sync's changes are journaled as caused by
+    (the read found the state that event, and every one before it, announced)."""
+
+
+async def covered(db: Database, subject: str, read_began: datetime) -> Covered:
+    return Covered(*await Inbox(db).covered(subject, read_began))
+
+
 async def newest_covered(db: Database, subject: str, read_began: datetime) -> datetime | None:
     """When the latest event a sync of ``subject`` whose read began at ``read_began`` covers arrived (None: none)."""
-    return await Inbox(db).newest_covered(subject, read_began)
+    return (await covered(db, subject, read_began)).newest_at
 
 
 async def mark_covered(session: AsyncSession, subject: str, read_began: datetime) -> Processed:

@@ -12,7 +12,7 @@ from app.queue.errors import PermanentError
 from app.queue.job import CronJob, CronTick, FromSetting, Job
 from app.queue.queues import QueueName
 from app.webhooks.backfill import backfill, event_sources
-from app.webhooks.maintenance import delete_old_processed, recover
+from app.webhooks.maintenance import delete_old_processed, delete_past_retention, recover
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +33,16 @@ class WebhookRecoveryCronJob(CronJob):
 
 
 class WebhookRetentionCronJob(CronJob):
-    """Deletes processed events older than WEBHOOK_EVENT_RETENTION_DAYS, in batches."""
+    """Deletes processed events older than WEBHOOK_EVENT_RETENTION_DAYS, in batches; then what the loaded modules
+    keep for a time (``MODULE.retention``: identity's change journal, WORKSPACE_CHANGE_RETENTION_DAYS)."""
 
     pattern = FromSetting("webhook_retention_cron")
 
     async def handle(self, data: CronTick) -> None:
         deleted = await delete_old_processed(self.resources)
         logger.info("Webhook retention: deleted %s.", plural(deleted, "processed event"))
+        for what, count in (await delete_past_retention(self.resources)).items():
+            logger.info("Retention: deleted %s.", plural(count, what))
 
 
 class WebhookBackfillCronJob(CronJob):

@@ -161,6 +161,15 @@ class SyncRequest(Protocol):
     ) -> None: ...
 
 
+class SyncPreview(Protocol):
+    """A dry run's sync of ``subject``: its read and its writes in ``session``, which the caller rolls back.
+
+    It claims no sync and covers no event (the owning module's bookkeeping stays as it was).
+    """
+
+    async def __call__(self, resources: Resources, session: AsyncSession, subject: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class SyncedEvents:
     """Event types whose state is read back from the provider by a *sync* of their subject, not applied one by one.
@@ -178,6 +187,8 @@ class SyncedEvents:
     sync: SyncRequest
     tenant_key: KeyOf = _no_tenant
     backfill: EventSource | None = None
+    preview: SyncPreview | None = None
+    """What ``webhooks replay --dry-run`` runs for an event (None: its events have no dry run)."""
     known: KnownKeys | None = None
     """What the module's tables add to the body's keys when the event is stored (``stored_keys``)."""
 

@@ -89,6 +89,14 @@ async def delete_old_processed(resources: Resources, now: datetime | None = None
             return deleted
 
 
+async def delete_past_retention(resources: Resources, now: datetime | None = None) -> dict[str, int]:
+    """What each loaded module keeps for a time (``MODULE.retention``), deleted past it: what -> how many rows."""
+    now = now or datetime.now(UTC)
+    return {
+        what: await delete(resources, now) for module in resources.modules for what, delete in module.retention.items()
+    }
+
+
 async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> list[int]:
     """Give set-aside events their attempts back and queue them; returns the reopened row ids."""
     reopened = await Inbox(resources.db).reopen(row_id)

@@ -40,6 +40,15 @@ class WebhookEvent(Base):
             "tenant_key",
             postgresql_where=text("processed_at IS NULL AND abandoned_at IS NULL"),
         ),
+        # A workspace's timeline reads every event of its tenants (its Stripe customer, its Clerk organization),
+        # newest first, a page at a time: in the index's own order, from where the last page ended.
+        Index(
+            "ix_webhook_event_tenant_received",
+            "tenant_key",
+            "received_at",
+            "id",
+            postgresql_where=text("tenant_key IS NOT NULL"),
+        ),
     )
 
     provider: Mapped[str] = mapped_column(String(32), nullable=False)

@@ -41,6 +41,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.core import tracing
+from app.core.journal import caused_by, event_cause
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, PIPELINE_SECONDS, child
 from app.core.request_context import bound_request_id
 from app.core.resources import Resources
@@ -158,8 +159,9 @@ class _Attempt:
             )
         async with self.resources.db.sessionmaker(bind=self.connection) as session:
             context = WebhookContext(resources=self.resources, session=session, event=event)
-            await handler(context)
-            took = await Inbox.mark_processed_and_unlock(session, self.driver, event.id)
+            with caused_by(event_cause(event.id)):  # what the change journal names as the cause of its writes
+                await handler(context)
+                took = await Inbox.mark_processed_and_unlock(session, self.driver, event.id)
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
         self.committed = (event, session)

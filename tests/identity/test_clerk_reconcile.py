@@ -27,6 +27,7 @@ from app.testing.clerk_stub import ClerkStub
 from app.testing.fixtures import clerk_stub, clerk_stub_server
 from app.testing.processes import child_env
 from tests.factories import WorkspaceFactory, persist
+from tests.journal import Change, journal
 from tests.processes import ROOT
 
 __all__ = ["clerk_stub", "clerk_stub_server"]
@@ -108,6 +109,27 @@ async def test_rows_gone_from_clerk_are_soft_deleted_once_clerk_confirms_it(
     assert stored["user_goes"].deleted_at is not None and stored["user_stays"].deleted_at is None
     assert ("GET", "/v1/users/user_goes") in clerk_stub.requests  # read again: Clerk answered 404
     assert (await reconcile_identity(worker)).summary() == "Reconciled 1 Clerk objects; 0 differed."
+
+
+async def test_reconciliation_journals_what_it_changed_naming_the_cron(
+    worker: Resources, clerk_stub: ClerkStub
+) -> None:
+    clerk_stub.put_user("user_ada", first_name="Ada", updated_at=T0)
+    clerk_stub.put_user("user_goes", updated_at=T0)
+    await run_cron(worker)
+    clerk_stub.put_user("user_ada", first_name="Augusta", updated_at=T0 + 10)
+    clerk_stub.remove("user", "user_goes")
+    await run_cron(worker)
+    await run_cron(worker)  # nothing differs any more: nothing journaled
+
+    created = [change for change in await journal(worker.db) if change.changes.get("clerk_user_id", [0])[0] is None]
+    later = (await journal(worker.db))[len(created) :]
+    assert {change.source for change in created} == {"IdentityReconcileCronJob"} and len(created) == 2
+    assert [(change.source, list(change.changes)) for change in later] == [
+        ("IdentityReconcileCronJob", ["first_name"]),
+        ("IdentityReconcileCronJob", ["deleted_at"]),
+    ]
+    assert later[0].changes["first_name"] == ["Ada", "Augusta"]
 
 
 async def test_an_object_skipped_by_shifting_pages_is_applied_not_deleted(
@@ -207,6 +229,14 @@ async def test_a_wrong_key_is_a_permanent_error_naming_the_setting(clerk_env: di
         await resources.close()
 
 
+async def journal_of(env: dict[str, str]) -> list[Change]:
+    resources = open_resources(load_settings(env), [identity.MODULE])
+    try:
+        return await journal(resources.db)
+    finally:
+        await resources.close()
+
+
 @pytest.mark.slow
 async def test_the_command_says_how_many(clerk_env: dict[str, str], clerk_stub: ClerkStub) -> None:
     clerk_stub.put_organization("org_cli", updated_at=T0)
@@ -220,6 +250,12 @@ async def test_the_command_says_how_many(clerk_env: dict[str, str], clerk_stub: 
     dry = await asyncio.to_thread(run, "identity", "reconcile", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.strip().splitlines()[-1] == "Reconciled 1 Clerk objects; 1 differed."
+    assert await journal_of(clerk_env) == []  # a dry run applies nothing
+    applied = await asyncio.to_thread(run, "identity", "reconcile")
+    assert applied.returncode == 0, applied.stderr
+    assert [(change.source, change.entity) for change in await journal_of(clerk_env)] == [
+        ("litestar identity reconcile", "workspace")
+    ]
     full = await asyncio.to_thread(run, "identity", "reconcile", "--full", "--dry-run")  # every run is whole
     assert full.returncode == 2 and "--full" in full.stderr  # click: no such option
     off = await asyncio.to_thread(run, "identity", "reconcile", env={**clerk_env, "CLERK_SECRET_KEY": ""})

@@ -11,7 +11,7 @@ import pytest
 
 from app.core.db import driver_connection
 from app.core.resources import Resources
-from app.identity.repository import _APPLY_MEMBER_LIMIT
+from app.identity.repository.workspaces import apply_member_limit_statement
 
 MEMBERS = 5000
 
@@ -51,8 +51,12 @@ async def test_applying_the_limit_after_one_more_member_reads_a_handful_of_rows(
         if analyzed:
             await connection.execute("ANALYZE workspace_member")
         async with connection.transaction():
-            statement = str(_APPLY_MEMBER_LIMIT).replace(":workspace_id", "$1")
-            (row,) = await connection.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", workspace)
+            statement = (
+                str(apply_member_limit_statement())
+                .replace(":workspace_id", "$1")
+                .replace(":journal_source", "$2::text")
+            )
+            (row,) = await connection.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", workspace, "test")
             suspended = await connection.fetchval(
                 "SELECT count(*) FROM workspace_member WHERE suspended_at IS NOT NULL AND workspace_id = $1", workspace
             )

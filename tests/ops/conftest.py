@@ -107,11 +107,12 @@ def ops_api(ops_api_server: SharedApi, redis_namespace: str, tmp_path: Path) -> 
     yield ops_api_server.base_url
 
 
-async def screenshot(page: Page, name: str, tmp_path: Path) -> Path:
-    """A PNG of the whole page: into ``OPS_SCREENSHOT_DIR`` when set (``make screenshots``: the docs' images)."""
+async def screenshot(page: Page, name: str, tmp_path: Path, *, full_page: bool = True) -> Path:
+    """A PNG of the whole page (or of the screen): into ``OPS_SCREENSHOT_DIR`` when set (``make screenshots``: the
+    docs' images)."""
     folder = Path(os.environ.get("OPS_SCREENSHOT_DIR") or tmp_path)
     path = folder / name
-    await page.screenshot(path=str(path), full_page=True)
+    await page.screenshot(path=str(path), full_page=full_page)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return path
 

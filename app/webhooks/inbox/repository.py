@@ -199,12 +199,12 @@ class Inbox:
         async with driver_connection(self.db) as connection:
             await connection.execute(sql.SET_SUBJECT, row_id, subject)
 
-    async def newest_covered(self, subject: str, read_began: datetime) -> datetime | None:
-        """When the latest of the events a sync of ``subject`` whose read began at ``read_began`` covers arrived
-        (None: it covers none)."""
+    async def covered(self, subject: str, read_began: datetime) -> tuple[datetime | None, int | None]:
+        """Of the events a sync of ``subject`` whose read began at ``read_began`` covers: when the latest arrived,
+        and the row id of the last stored (both None: it covers none)."""
         async with driver_connection(self.db) as connection:
-            newest: datetime | None = await connection.fetchval(sql.COVERED_NEWEST, subject, read_began)
-        return newest
+            row = await connection.fetchrow(sql.COVERED, subject, read_began)
+        return row["newest_at"], row["newest"]
 
     @staticmethod
     async def mark_covered(
@@ -275,6 +275,22 @@ class Inbox:
         async with driver_connection(self.db) as connection:
             rows = await connection.fetch(statement, provider, event_type, event_id, limit, before_id, tenant_key)
         return [_record(row) for row in rows]
+
+    async def of_tenants(
+        self, tenant_keys: Sequence[str], before: tuple[datetime, int] | None, limit: int
+    ) -> list[EventRecord]:
+        """Every event of these tenants, newest first, older than ``before`` (received_at, id)."""
+        async with driver_connection(self.db) as connection:
+            if before is None:
+                rows = await connection.fetch(sql.TENANTS_PAGE, list(tenant_keys), limit)
+            else:
+                rows = await connection.fetch(sql.TENANTS_PAGE_BEFORE, list(tenant_keys), limit, *before)
+        return [_record(row) for row in rows]
+
+    async def unprocessed_of_tenants(self, tenant_keys: Sequence[str], limit: int) -> list[EventRecord]:
+        """The events of these tenants still to process (pending or failed; not set aside), oldest first."""
+        async with driver_connection(self.db) as connection:
+            return [_record(row) for row in await connection.fetch(sql.TENANTS_UNPROCESSED, list(tenant_keys), limit)]
 
     async def find(self, identifier: str, provider: str | None = None) -> list[EventRecord]:
         """By row id or provider event id."""

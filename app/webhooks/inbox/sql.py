@@ -102,7 +102,12 @@ SET_SUBJECT = "UPDATE webhook_event SET sync_subject = $2 WHERE id = $1 AND sync
 # The events a sync covers: its subject's, unprocessed, not set aside, arrived by the time its read began
 # (ix_webhook_event_sync_subject).
 _COVERED = "sync_subject = $1 AND received_at <= $2 AND processed_at IS NULL AND abandoned_at IS NULL"
-COVERED_NEWEST = f"SELECT max(received_at) FROM webhook_event WHERE {_COVERED}"
+# When the latest of them arrived (none: NULL), and the last of them stored: the cause its journal rows name. A
+# replayed event counts as arriving when it was replayed: a read before the replay (one that found the customer
+# already written from a later read) must not stand for it, or a replay after a fix would read nothing.
+COVERED = f"""
+SELECT max(greatest(received_at, replayed_at)) AS newest_at, max(id) AS newest FROM webhook_event WHERE {_COVERED}
+"""
 # In the sync's transaction, with what it wrote (the sync's read counts as an attempt of each): `took` as
 # MARK_PROCESSED_AND_UNLOCK's.
 MARK_COVERED = text(
@@ -179,6 +184,30 @@ WHERE ($1::text IS NULL OR provider = $1) AND ($2::text IS NULL OR type = $2)
   AND ($6::text IS NULL OR tenant_key = $6) AND {{state}}
 ORDER BY id DESC
 LIMIT $4
+"""
+# Every event of some tenants (a workspace's Stripe customer and Clerk organization), newest first: one ordered
+# read of ix_webhook_event_tenant_received per tenant, from where the last page ended ($2, $3 = its received_at and
+# id), whatever the inbox's size (bench: phase timeline). A statement of its own for the first page: a cursor
+# written "$2 IS NULL OR ..." would not be an index condition.
+_TENANTS_PAGE = f"""
+SELECT e.* FROM unnest($1::text[]) AS tenant(key)
+CROSS JOIN LATERAL (
+    SELECT {_RECORD} FROM webhook_event
+    WHERE tenant_key = tenant.key {{before}}
+    ORDER BY received_at DESC, id DESC
+    LIMIT $2
+) AS e
+ORDER BY e.received_at DESC, e.id DESC
+LIMIT $2
+"""
+TENANTS_PAGE = _TENANTS_PAGE.format(before="")
+TENANTS_PAGE_BEFORE = _TENANTS_PAGE.format(before="AND (received_at, id) < ($3::timestamptz, $4::bigint)")
+# The unprocessed events of some tenants (their jobs wait), oldest first, through ix_webhook_event_tenant.
+TENANTS_UNPROCESSED = f"""
+SELECT {_RECORD} FROM webhook_event
+WHERE tenant_key = ANY($1::text[]) AND processed_at IS NULL AND abandoned_at IS NULL
+ORDER BY received_at, id
+LIMIT $2
 """
 FIND = f"""
 SELECT {_RECORD} FROM webhook_event
