@@ -38,7 +38,7 @@ async def a_busy_workspace(resources: Resources, events: int = 60) -> int:
         resources.db, WorkspaceFactory.build(clerk_org_id="org_busy", stripe_customer_id="cus_busy", name="Busy")
     )
     other = await persist(
-        resources.db, WorkspaceFactory.build(clerk_org_id="org_other", stripe_customer_id="cus_other")
+        resources.db, WorkspaceFactory.build(clerk_org_id="org_other", stripe_customer_id="cus_other", name="Other")
     )
     rows = [
         WebhookEvent(
