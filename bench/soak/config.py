@@ -35,6 +35,7 @@ class SoakConfig:
     # faults
     kill_restart_after_seconds: float = 3.0
     stripe_outage_seconds: float = 30.0  # longer than a round of retries (12.7 s): without a hold, set aside
+    stripe_outage_at: float = 0.55  # its start, as a share of the sending phase
     redis_down_seconds: float = 2.0
     postgres_down_seconds: float = 2.0
     # the endpoint outage (outage.py): this share of the deliveries due in this part of the sending phase is lost
@@ -70,5 +71,8 @@ class SoakConfig:
         values["drain_timeout_seconds"] = 150.0
         values["outage_from"] = 0.60  # a wider window: in a few hundred events, both providers surely lose some
         values["stripe_outage_seconds"] = 16.0  # still longer than a round of retries
+        # After the endpoint outage: Stripe's scenarios wait while its stub is down, so an outage spanning the
+        # endpoint outage's window would leave it no Stripe delivery to drop.
+        values["stripe_outage_at"] = 0.88
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -10,7 +10,10 @@
 
 Beside them, from 72% to 86% (60% in the short run), the endpoint outage drops a
 share of the deliveries for good, and is repaired after the sending phase by the
-backfill and both reconciliations (``outage.py``).
+backfill and both reconciliations (``outage.py``). The short run's Stripe
+outage (16 s) comes at 88%, after the endpoint outage: Stripe's scenarios wait
+while its stub is down, so over the endpoint outage's window it would leave no
+Stripe delivery to drop.
 
 Each fault starts once the one before has healed (in the short run that can be
 later than its share). Postgres and Redis go first, and the doomed events are
@@ -34,8 +37,6 @@ from bench.soak.fault_record import FaultRecord
 from bench.soak.findings import hold_alerts
 from bench.soak.runtime import Driver, StubControl
 
-STRIPE_OUTAGE_AT = 0.55
-
 
 class Faults:
     def __init__(self, config: SoakConfig, cluster: Cluster, stub: StubControl, driver: Driver) -> None:
@@ -45,16 +46,19 @@ class Faults:
         self.driver = driver
         self.records: list[FaultRecord] = []
         span = config.send_seconds
-        outage = STRIPE_OUTAGE_AT * span
+        outage = config.stripe_outage_at * span
         # No flaky Stripe reads around the outage: one event would pay for both and could use up its attempts.
         driver.quiet_windows.append((outage - 8.0, outage + config.stripe_outage_seconds + 12.0))
-        self.schedule = [
-            (0.10, "Postgres restart", self.restart_postgres),
-            (0.25, "Redis restart", self.restart_redis),
-            (0.40, "SIGKILL worker", self.kill_worker),
-            (STRIPE_OUTAGE_AT, "Stripe stub outage", self.stripe_outage),
-            (0.70, "SIGTERM worker", self.stop_worker),
-        ]
+        self.schedule = sorted(
+            [
+                (0.10, "Postgres restart", self.restart_postgres),
+                (0.25, "Redis restart", self.restart_redis),
+                (0.40, "SIGKILL worker", self.kill_worker),
+                (config.stripe_outage_at, "Stripe stub outage", self.stripe_outage),
+                (0.70, "SIGTERM worker", self.stop_worker),
+            ],
+            key=lambda fault: fault[0],
+        )
 
     async def run(self) -> None:
         for fraction, name, inject in self.schedule:
