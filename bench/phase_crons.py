@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.webhooks import maintenance
-from app.webhooks.inbox import repository
+from app.webhooks.inbox import upkeep
 from bench.measures import percentile
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ async def crons(run: Run) -> None:
 @contextlib.contextmanager
 def _timed_statements(durations: list[float]) -> Any:
     """Time each statement the inbox upkeep runs through ``driver_connection`` (one per retention batch)."""
-    original = repository.driver_connection
+    original = upkeep.driver_connection
 
     class Timed:
         def __init__(self, connection: Any) -> None:
@@ -122,8 +122,8 @@ def _timed_statements(durations: list[float]) -> Any:
         async with original(db) as connection:
             yield Timed(connection)
 
-    repository.driver_connection = timed_connection
+    upkeep.driver_connection = timed_connection
     try:
         yield
     finally:
-        repository.driver_connection = original
+        upkeep.driver_connection = original

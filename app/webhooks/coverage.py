@@ -29,7 +29,7 @@ from app.core.commands import plural
 from app.core.db import Database
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, EVENTS_SET_ASIDE, PIPELINE_SECONDS, child
 from app.core.sentry import report_message
-from app.webhooks.inbox import Inbox
+from app.webhooks.inbox import InboxCoverage, SetAside
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Covered:
 
 
 async def covered(db: Database, subject: str, read_began: datetime) -> Covered:
-    return Covered(*await Inbox(db).covered(subject, read_began))
+    return Covered(*await InboxCoverage(db).covered(subject, read_began))
 
 
 async def newest_covered(db: Database, subject: str, read_began: datetime) -> datetime | None:
@@ -60,9 +60,9 @@ async def mark_covered(session: AsyncSession, subject: str, read_began: datetime
 
     The sync's span (tracing on) is linked to the trace of each event it covers.
     """
-    marked = await Inbox.mark_covered(session, subject, read_began)
-    tracing.link_traces(trace_context for *_, trace_context in marked)
-    return [(provider, took) for provider, took, _ in marked]
+    marked = await InboxCoverage.mark_covered(session, subject, read_began)
+    tracing.link_traces(event.trace_context for event in marked)
+    return [(event.provider, event.took) for event in marked]
 
 
 def count_processed(processed: Processed) -> None:
@@ -75,7 +75,7 @@ def count_processed(processed: Processed) -> None:
 
 async def fail_covered(db: Database, provider: str, subject: str, read_began: datetime, error: str) -> int:
     """Count an attempt of each event the failed sync covers; the most attempts any of them has now (0: none)."""
-    attempts = await Inbox(db).record_covered_failure(subject, read_began, error)
+    attempts = await InboxCoverage(db).record_covered_failure(subject, read_began, error)
     if attempts:
         child(ATTEMPTS_FAILED, provider).inc(len(attempts))
     return max(attempts, default=0)
@@ -83,27 +83,26 @@ async def fail_covered(db: Database, provider: str, subject: str, read_began: da
 
 async def set_aside_covered(db: Database, subject: str, read_began: datetime, error: str) -> int:
     """Set aside every event the sync covers, with one alert for them all (committed after it went out)."""
-    async with Inbox(db).setting_aside_covered(subject, read_began, error) as rows:
+    async with InboxCoverage(db).setting_aside_covered(subject, read_began, error) as rows:
         if rows:
             _alert(subject, rows, error)
     return len(rows)
 
 
-def _alert(subject: str, rows: Sequence[dict[str, object] | object], error: str) -> None:
+def _alert(subject: str, events: Sequence[SetAside], error: str) -> None:
     """One Sentry message and one error log line for the events a permanent failure of one sync set aside."""
-    first = rows[0]
-    provider, event_id = first["provider"], first["event_id"]  # type: ignore[index]
+    first = events[0]
     message = (
-        f"{plural(len(rows), 'webhook event')} set aside: the read of {subject} failed for good "
-        f"(provider={provider}, first event_id={event_id}, type={first['type']}): {error!r}. "  # type: ignore[index]
+        f"{plural(len(events), 'webhook event')} set aside: the read of {subject} failed for good "
+        f"(provider={first.provider}, first event_id={first.event_id}, type={first.type}): {error!r}. "
         "Fix the cause, then run `make retry-abandoned` (or resend one from the provider's dashboard)."
     )
     logger.error(message)
-    child(EVENTS_SET_ASIDE, str(provider)).inc(len(rows))
+    child(EVENTS_SET_ASIDE, first.provider).inc(len(events))
     report_message(
         message,
         level="error",
-        tags={"webhook.provider": str(provider), "webhook.subject": subject.partition(":")[0]},
-        extras={"subject": subject, "events": len(rows), "first_event_id": event_id, "last_error": error},
-        fingerprint=["webhook-set-aside-sync", str(provider), subject],
+        tags={"webhook.provider": first.provider, "webhook.subject": subject.partition(":")[0]},
+        extras={"subject": subject, "events": len(events), "first_event_id": first.event_id, "last_error": error},
+        fingerprint=["webhook-set-aside-sync", first.provider, subject],
     )

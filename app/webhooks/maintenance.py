@@ -10,7 +10,7 @@ from typing import Any
 from app.core import tracing
 from app.core.resources import Resources
 from app.webhooks.alerts import alert_set_aside
-from app.webhooks.inbox import Inbox
+from app.webhooks.inbox import InboxUpkeep
 from app.webhooks.jobs import queue_processing, queue_processing_many
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ async def recover(resources: Resources, now: datetime | None = None) -> Recovery
     """
     settings = resources.settings
     cutoff = (now or datetime.now(UTC)) - timedelta(seconds=settings.webhook_recovery_after_seconds)
-    report, inbox = RecoveryReport(), Inbox(resources.db)
+    report, inbox = RecoveryReport(), InboxUpkeep(resources.db)
     newest: dict[tuple[str, str], Any] = {}  # (provider, subject) -> its newest pending row
     after = (datetime.min.replace(tzinfo=UTC), 0)
     while True:
@@ -69,11 +69,11 @@ async def _queue_again(resources: Resources, rows: list[Any], report: RecoveryRe
     report.already_queued += len(queued) - sum(queued)
 
 
-async def _set_aside(inbox: Inbox, row_ids: list[int]) -> int:
+async def _set_aside(inbox: InboxUpkeep, row_ids: list[int]) -> int:
     """Set the rows aside and alert once for each, committing only after the alerts went out."""
     async with inbox.setting_aside(row_ids) as set_aside:
-        for row in set_aside:
-            alert_set_aside(row)
+        for event in set_aside:
+            alert_set_aside(event)
     return len(set_aside)
 
 
@@ -81,7 +81,7 @@ async def delete_old_processed(resources: Resources, now: datetime | None = None
     """Delete processed events past retention in short batches, each its own transaction."""
     days = resources.settings.webhook_event_retention_days
     cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
-    deleted, inbox = 0, Inbox(resources.db)
+    deleted, inbox = 0, InboxUpkeep(resources.db)
     while True:
         batch = await inbox.delete_processed_batch(cutoff, RETENTION_BATCH_SIZE)
         deleted += batch
@@ -99,7 +99,7 @@ async def delete_past_retention(resources: Resources, now: datetime | None = Non
 
 async def reopen_abandoned(resources: Resources, row_id: int | None = None) -> list[int]:
     """Give set-aside events their attempts back and queue them; returns the reopened row ids."""
-    reopened = await Inbox(resources.db).reopen(row_id)
+    reopened = await InboxUpkeep(resources.db).reopen(row_id)
     for row in reopened:
         try:
             with tracing.resumed(row["trace_context"], "reopen webhook event"):  # queued in the delivery's trace

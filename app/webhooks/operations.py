@@ -8,7 +8,7 @@ from app.core import tracing
 from app.core.commands import plural
 from app.core.resources import Resources
 from app.webhooks.handlers import SyncedEvents, find_handler
-from app.webhooks.inbox import EventRecord, Inbox
+from app.webhooks.inbox import EventRecord, Inbox, InboxUpkeep
 from app.webhooks.jobs import ProcessWebhookEventData, deduplication_id, processing_job, queue_processing
 from app.webhooks.maintenance import reopen_abandoned
 
@@ -80,7 +80,7 @@ async def _queue(resources: Resources, event: EventRecord) -> bool:
 async def replay(resources: Resources, identifier: str, provider: str | None = None) -> Outcome:
     """Process an event again (after a handler fix): unprocessed, attempts reset, queued."""
     event = await find_one(resources, identifier, provider)
-    await Inbox(resources.db).reset_for_replay(event.id)
+    await InboxUpkeep(resources.db).reset_for_replay(event.id)
     await _queue(resources, event)
     return Outcome(event, f"Replaying {event.provider} event {event.event_id} (row {event.id}).")
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -48,7 +47,7 @@ from app.core.resources import Resources
 from app.queue.errors import PermanentError, RetryLater
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.handlers import SyncedEvents, WebhookContext, find_handler
-from app.webhooks.inbox import Inbox
+from app.webhooks.inbox import AttemptStatements, Claim, InboxCoverage, Unclaimed
 from app.webhooks.models import WebhookEvent
 from app.webhooks.payload import PayloadError, decode_payload
 
@@ -70,42 +69,33 @@ async def process_event(resources: Resources, row_id: int, provider: str | None 
     ``provider``: the row's, when the job knows it (its provider's own job class); else it is read from the row.
     """
     if provider is None:
-        peeked = await Inbox(resources.db).peek(row_id)
+        peeked = await InboxCoverage(resources.db).peek(row_id)
         provider = peeked.provider if peeked is not None else ""
     handling = find_handler(resources.modules, provider)
     if isinstance(handling, SyncedEvents) and await _ask_for_sync(resources, handling, row_id):
         return
     async with resources.db.engine.connect() as connection:
-        driver: Any = (await connection.get_raw_connection()).driver_connection
+        statements = AttemptStatements((await connection.get_raw_connection()).driver_connection, row_id)
         try:
-            claim = await Inbox.claim(driver, row_id, f"{resources.settings.webhook_lock_idle_timeout_seconds}s")
+            claim = await statements.claim(f"{resources.settings.webhook_lock_idle_timeout_seconds}s")
         except BaseException:
             await connection.invalidate()  # the lock may be held: only dropping the connection is sure to free it
             raise
-        if not claim["got"]:
+        if claim is Unclaimed.BUSY:
             logger.info("Webhook event row %s is being processed by another worker; skipped.", row_id)
             return
-        attempt = _Attempt(resources, connection, driver, row_id)
+        attempt = _Attempt(resources, connection, statements)
         await attempt.run(claim)
     await attempt.relay_staged()
 
 
 async def _ask_for_sync(resources: Resources, handling: SyncedEvents, row_id: int) -> bool:
     """Ask for a sync covering the event; False when its body names no subject (it is then attempted as itself)."""
-    inbox = Inbox(resources.db)
-    row = await inbox.peek(row_id)
+    row = await InboxCoverage(resources.db).peek(row_id)
     if row is None or row.done:
         logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", row_id)
         return True
     subject = row.sync_subject
-    if subject is None and row.payload is not None:  # stored before subjects were kept
-        try:
-            subject = handling.keys(row.type, decode_payload(row.payload)).subject
-        except PayloadError:
-            subject = None
-        if subject is None:
-            return False
-        await inbox.set_subject(row_id, subject)
     if subject is None:
         return False
     _about(row.trace_context, row.provider, row_id, row.type, row.tenant_key)
@@ -117,25 +107,26 @@ async def _ask_for_sync(resources: Resources, handling: SyncedEvents, row_id: in
 class _Attempt:
     """The handler's transaction on the claiming connection; knows whether the lock is still held."""
 
-    def __init__(self, resources: Resources, connection: AsyncConnection, driver: Any, row_id: int) -> None:
+    def __init__(self, resources: Resources, connection: AsyncConnection, statements: AttemptStatements) -> None:
         self.resources = resources
         self.connection = connection
-        self.driver = driver
-        self.row_id = row_id
+        self.statements = statements
+        self.row_id = statements.row_id
+        self.provider = "unknown"  # the claim's, once claimed
         self.locked = True
         self.committed: tuple[WebhookEvent, AsyncSession] | None = None
 
-    async def run(self, claim: Any) -> None:
-        self.provider = claim["provider"] or "unknown"
-        if claim["attempts"] is None:
+    async def run(self, claim: Claim | Unclaimed) -> None:
+        if not isinstance(claim, Claim):
             logger.info("Webhook event row %s is processed, set aside or gone; nothing to do.", self.row_id)
-            await self._bookkeeping(Inbox.unlock(self.driver, self.row_id), unlocks=True)
+            await self._bookkeeping(self.statements.unlock(), unlocks=True)
             return
-        _about(claim["trace_context"], self.provider, self.row_id, claim["type"], claim["tenant_key"])
-        with bound_request_id(claim["request_id"]):  # the delivery's: a re-queued event's job came without it
+        self.provider = claim.provider
+        _about(claim.trace_context, claim.provider, claim.id, claim.type, claim.tenant_key)
+        with bound_request_id(claim.request_id):  # the delivery's: a re-queued event's job came without it
             await self._attempt(claim)
 
-    async def _attempt(self, claim: Any) -> None:
+    async def _attempt(self, claim: Claim) -> None:
         try:
             event = _event(claim)
             await self._handle(event)
@@ -144,7 +135,7 @@ class _Attempt:
             raise
         except RetryLater:
             # Not a failure (a 429's Retry-After, the Stripe budget saturated): the attempt is given back.
-            await self._bookkeeping(Inbox.uncount(self.driver, self.row_id, unlock=self.locked), unlocks=self.locked)
+            await self._bookkeeping(self.statements.uncount(unlock=self.locked), unlocks=self.locked)
             raise
         except Exception as exc:
             await self._record_failure(describe_error(exc), permanent=isinstance(exc, PermanentError))
@@ -161,7 +152,7 @@ class _Attempt:
             context = WebhookContext(resources=self.resources, session=session, event=event)
             with caused_by(event_cause(event.id)):  # what the change journal names as the cause of its writes
                 await handler(context)
-                took = await Inbox.mark_processed_and_unlock(session, self.driver, event.id)
+                took = await self.statements.mark_processed_and_unlock(session)
             self.locked = False  # released, whether or not the COMMIT below succeeds
             await session.commit()
         self.committed = (event, session)
@@ -193,18 +184,16 @@ class _Attempt:
         child(ATTEMPTS_FAILED, self.provider).inc()
         if permanent and self.locked:
             await self._set_aside(error)
-        elif self.locked:
-            await self._bookkeeping(Inbox.record_error(self.driver, self.row_id, error, unlock=True), unlocks=True)
         else:
-            await self._bookkeeping(Inbox.record_error(self.driver, self.row_id, error, unlock=False), unlocks=False)
+            await self._bookkeeping(self.statements.record_error(error, unlock=self.locked), unlocks=self.locked)
 
     async def _set_aside(self, error: str) -> None:
         """Set aside and alert, committing only after the alert went out (a crash repeats it, never loses it)."""
         try:
-            async with self.driver.transaction():
-                row = await Inbox.set_aside_one(self.driver, self.row_id, error)
-                if row is not None:
-                    alert_set_aside(row)
+            async with self.statements.driver.transaction():
+                set_aside = await self.statements.set_aside(error)
+                if set_aside is not None:
+                    alert_set_aside(set_aside)
         except Exception:
             logger.warning(
                 "Could not set aside webhook event row %s; dropping its connection.", self.row_id, exc_info=True
@@ -214,7 +203,7 @@ class _Attempt:
         except asyncio.CancelledError:
             await self.connection.invalidate()
             raise
-        await self._bookkeeping(Inbox.unlock(self.driver, self.row_id), unlocks=True)
+        await self._bookkeeping(self.statements.unlock(), unlocks=True)
 
     async def _bookkeeping(self, statement: Awaitable[None], *, unlocks: bool) -> None:
         """One statement in autocommit; if it fails the connection is dropped, which releases the lock too."""
@@ -239,21 +228,21 @@ def _about(trace_context: str | None, provider: str, row_id: int, event_type: st
         tracing.annotate({**about, "webhook.event_type": event_type, "webhook.tenant": tenant}, linked=trace_context)
 
 
-def _event(claim: Any) -> WebhookEvent:
+def _event(claim: Claim) -> WebhookEvent:
     """The claimed row as the handler sees it (unprocessed, not set aside, this attempt counted)."""
     try:
-        payload = decode_payload(claim["payload"])
+        payload = decode_payload(claim.payload)
     except PayloadError as exc:
         raise PermanentError(f"The stored payload cannot be read ({exc}); it was stored by an older intake.") from exc
     return WebhookEvent(
-        id=claim["id"],
-        provider=claim["provider"],
-        event_id=claim["event_id"],
-        type=claim["type"],
+        id=claim.id,
+        provider=claim.provider,
+        event_id=claim.event_id,
+        type=claim.type,
         payload=payload,
-        received_at=claim["received_at"],
+        received_at=claim.received_at,
         processed_at=None,
-        attempts=claim["attempts"],
-        last_error=claim["last_error"],
+        attempts=claim.attempts,
+        last_error=claim.last_error,
         abandoned_at=None,
     )

@@ -12,7 +12,7 @@ from app.identity.models import Workspace
 from app.queue.cli import run_cron_now
 from app.testing import process_delivery, signed_stripe_delivery, stripe_event, stripe_object
 from app.testing.stripe_stub import StripeStub
-from app.webhooks.inbox import Inbox
+from app.webhooks.inbox import InboxUpkeep
 from app.webhooks.processing import process_event
 from tests.billing.conftest import comes_back, event_try, store, subscription_delivery
 from tests.billing.test_member_limit import _members_by_join_order
@@ -56,7 +56,7 @@ async def test_a_sync_that_reads_what_is_stored_journals_nothing(
     written = await journal(worker.db)
 
     await process_delivery(worker, subscription_delivery(secret, "cus_linked", id="sub_1"))  # another event, same state
-    await Inbox(worker.db).reset_for_replay(row.row_id)
+    await InboxUpkeep(worker.db).reset_for_replay(row.row_id)
     await process_event(worker, row.row_id, "stripe")
 
     assert await journal(worker.db) == written

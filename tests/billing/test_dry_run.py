@@ -15,7 +15,7 @@ from app.identity.models import Workspace
 from app.runtime import all_models
 from app.testing import clerk_event, process_delivery, signed_clerk_delivery
 from app.testing.stripe_stub import StripeStub
-from app.webhooks.inbox import Inbox
+from app.webhooks.inbox import InboxUpkeep
 from app.webhooks.operations import OperatorError
 from app.webhooks.preview import preview_replay
 from app.webhooks.processing import process_event
@@ -74,7 +74,7 @@ async def test_a_stripe_dry_run_reports_the_new_seats_and_leaves_every_table_and
     assert "Would queue ApplyWorkspaceMemberLimitJob" in lines[-2]
 
     # The real replay then applies it and journals it, reading Stripe again (the dry run was no sync).
-    await Inbox(worker.db).reset_for_replay(row_id)
+    await InboxUpkeep(worker.db).reset_for_replay(row_id)
     await process_event(worker, row_id, "stripe")
     assert (await workspace_row(worker, workspace)).seat_quantity == 8
     assert len(stripe_stub.requests) == reads + 2

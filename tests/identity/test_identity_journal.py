@@ -17,7 +17,7 @@ from app.queue.cli import run_cron_now
 from app.testing import clerk_event, process_delivery, read_inbox_row, signed_clerk_delivery
 from app.testing.pipeline import InboxRow
 from app.webhooks.crons import WebhookRetentionCronJob
-from app.webhooks.inbox import Inbox
+from app.webhooks.inbox import InboxUpkeep
 from app.webhooks.processing import process_event
 from tests.identity.test_clerk_sync import T0, membership
 from tests.journal import Change, journal
@@ -32,7 +32,7 @@ async def deliver(resources: Resources, secret: str, event_type: str, timestamp:
 
 async def replay(resources: Resources, row_id: int) -> None:
     """What ``webhooks replay`` makes the worker do: the same event processed again."""
-    await Inbox(resources.db).reset_for_replay(row_id)
+    await InboxUpkeep(resources.db).reset_for_replay(row_id)
     await process_event(resources, row_id, "clerk")
 
 

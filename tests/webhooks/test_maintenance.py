@@ -12,7 +12,7 @@ from app.core.resources import Resources
 from app.core.settings import load_settings
 from app.runtime import open_resources
 from app.webhooks import maintenance, operations
-from app.webhooks.inbox import Inbox, repository
+from app.webhooks.inbox import Inbox, SetAside, upkeep
 from app.webhooks.jobs import ProcessWebhookEventData, deduplication_id, processing_job
 from app.webhooks.maintenance import delete_old_processed, recover, reopen_abandoned
 from app.webhooks.models import WebhookEvent
@@ -137,8 +137,8 @@ async def test_a_tick_that_dies_before_committing_its_set_aside_alerts_again_on_
     row_id = await add_event(resources, "evt_alert_crash", age=timedelta(hours=2), attempts=33)
     alerted: list[str] = []
 
-    def dies_after_alerting(row: Any) -> None:
-        alerted.append(row["event_id"])
+    def dies_after_alerting(event: SetAside) -> None:
+        alerted.append(event.event_id)
         raise SystemExit("the worker died right after alerting")
 
     monkeypatch.setattr(maintenance, "alert_set_aside", dies_after_alerting)
@@ -148,7 +148,7 @@ async def test_a_tick_that_dies_before_committing_its_set_aside_alerts_again_on_
         row = await session.get(WebhookEvent, row_id)
         assert row is not None and row.abandoned_at is None  # rolled back: still due for a set-aside
 
-    monkeypatch.setattr(maintenance, "alert_set_aside", lambda row: alerted.append(row["event_id"]))
+    monkeypatch.setattr(maintenance, "alert_set_aside", lambda event: alerted.append(event.event_id))
     assert (await recover(resources)).set_aside == 1
     assert (await recover(resources)).set_aside == 0
     assert alerted == ["evt_alert_crash", "evt_alert_crash"]
@@ -167,13 +167,13 @@ async def test_retention_deletes_only_old_processed_events_in_batches(
     old_aside = await add_event(resources, "evt_old_aside", age=timedelta(days=60), attempts=33, abandoned=True)
 
     statements: list[str] = []
-    original = repository.driver_connection
+    original = upkeep.driver_connection
 
     def counting(db: Any) -> Any:
         statements.append("batch")
         return original(db)
 
-    monkeypatch.setattr(repository, "driver_connection", counting)
+    monkeypatch.setattr(upkeep, "driver_connection", counting)
     assert await delete_old_processed(resources) == 5
     assert len(statements) == 3  # batches of 2, 2 and 1: each its own short transaction
     async with resources.db.session() as session:

@@ -38,7 +38,12 @@ WHERE provider = $1 AND event_id = $2
   AND NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM reopened)
 """
 
-# --- One processing attempt, on the attempt's own connection --------------------------------------------
+# The keys one event was stored with (by the unique key): a Stripe thin event's snapshot twin names its customer.
+KEYS_OF = "SELECT tenant_key, sync_subject FROM webhook_event WHERE provider = $1 AND event_id = $2"
+# Which of these events are in the inbox (by the unique key): the backfill stores the others.
+PRESENT = "SELECT event_id FROM webhook_event WHERE provider = $1 AND event_id = ANY($2::text[])"
+
+# --- One processing attempt, on the attempt's own connection (attempt.py) ----------------------------------
 # While the attempt holds the event's lock its session carries idle timeouts ($3): a worker frozen or cut off
 # mid-attempt loses its locks. Every statement that releases the lock clears them.
 _HOLD = "set_config('idle_session_timeout', $3, false), set_config('idle_in_transaction_session_timeout', $3, false)"
@@ -89,16 +94,13 @@ RETURNING provider, event_id, type, attempts, last_error
 """
 UNLOCK = f"SELECT pg_advisory_unlock($1), {_LET_GO}"
 
-# --- Synced events: a sync of their subject covers them -------------------------------------------------
-# An event whose job asks for a sync: no lock, no attempt (the sync counts attempts); the payload only when the
-# row predates sync subjects (its subject is then worked out from it).
+# --- Synced events: a sync of their subject covers them (coverage.py) ---------------------------------------
+# An event whose job asks for a sync: no lock, no attempt (the sync counts attempts).
 PEEK = """
 SELECT id, provider, type, sync_subject, received_at, request_id, tenant_key, trace_context,
-       coalesce(processed_at, abandoned_at) IS NOT NULL AS done,
-       CASE WHEN sync_subject IS NULL THEN payload::text END AS payload
+       coalesce(processed_at, abandoned_at) IS NOT NULL AS done
 FROM webhook_event WHERE id = $1
 """
-SET_SUBJECT = "UPDATE webhook_event SET sync_subject = $2 WHERE id = $1 AND sync_subject IS NULL"
 # The events a sync covers: its subject's, unprocessed, not set aside, arrived by the time its read began
 # (ix_webhook_event_sync_subject).
 _COVERED = "sync_subject = $1 AND received_at <= $2 AND processed_at IS NULL AND abandoned_at IS NULL"
@@ -127,7 +129,7 @@ UPDATE webhook_event SET abandoned_at = now(), last_error = $3, attempts = attem
 RETURNING id, provider, event_id, type, attempts, last_error
 """
 
-# --- Crons ---------------------------------------------------------------------------------------------
+# --- Crons and operator commands (upkeep.py) ----------------------------------------------------------------
 # Pending rows by arrival, through the partial index ix_webhook_event_pending (keyset paging).
 PENDING_PAGE = """
 SELECT id, provider, event_id, type, attempts, last_error, received_at, request_id, tenant_key, sync_subject,
@@ -160,7 +162,13 @@ WHERE abandoned_at IS NOT NULL AND processed_at IS NULL AND ($1::bigint IS NULL 
 RETURNING id, provider, request_id, tenant_key, trace_context
 """
 
-# --- Operators (CLI, operations page) --------------------------------------------------------------------
+# A replay: the event new again (its wait since arrival then measures no pipeline).
+RESET_FOR_REPLAY = """
+UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL, replayed_at = now()
+WHERE id = $1
+"""
+
+# --- The operator's reads: CLI, operations page, timelines (reads.py) ----------------------------------------
 # A Stripe thin event (its object "v2.core.event") carries no object, only the one it is about: shown as "type id".
 _RELATED_OBJECT = (
     "CASE WHEN payload->>'object' = 'v2.core.event' THEN "
@@ -214,15 +222,7 @@ SELECT {_RECORD} FROM webhook_event
 WHERE (event_id = $1 OR id = $2) AND ($3::text IS NULL OR provider = $3)
 ORDER BY id
 """
-# The keys one event was stored with (by the unique key): a Stripe thin event's snapshot twin names its customer.
-KEYS_OF = "SELECT tenant_key, sync_subject FROM webhook_event WHERE provider = $1 AND event_id = $2"
-# Which of these events are in the inbox (by the unique key): the backfill stores the others.
-PRESENT = "SELECT event_id FROM webhook_event WHERE provider = $1 AND event_id = ANY($2::text[])"
 GET_WITH_PAYLOAD = f"SELECT {_RECORD}, payload::text AS payload FROM webhook_event WHERE id = $1"
-RESET_FOR_REPLAY = """
-UPDATE webhook_event SET processed_at = NULL, abandoned_at = NULL, attempts = 0, last_error = NULL, replayed_at = now()
-WHERE id = $1
-"""
 # Pipeline latency of the last hour per provider (the processed rows of that hour, by ix_webhook_event_processed);
 # replayed events are left out, as webhook_pipeline_seconds leaves them out.
 LATENCY_LAST_HOUR = """
