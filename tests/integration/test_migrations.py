@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 
 import asyncpg
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from app.core.db import ALEMBIC_VERSION_TABLE, metadata
-from tests.conftest import _admin_dsn, _migrate, create_database, drop_database
+from tests.conftest import _admin_dsn, _migrate
 
 DOCUMENTED_TABLES = {
     "webhook_event",
@@ -25,14 +22,6 @@ DOCUMENTED_TABLES = {
     "cron_run",
     "job_outbox",
 }
-
-
-@pytest.fixture
-def empty_database(base_database_url: str) -> Iterator[str]:
-    name = f"test_mig_{uuid.uuid4().hex[:10]}"
-    url = asyncio.run(create_database(base_database_url, name))
-    yield url
-    asyncio.run(drop_database(base_database_url, name))
 
 
 async def _tables(url: str) -> set[str]:
