@@ -47,10 +47,18 @@ def cron_job_id(name: str, slot: datetime, *, manual: bool = False) -> str:
 
 
 class Clock(Protocol):
+    """The cron scheduler's time, and how often the scheduler reads it."""
+
+    @property
+    def read_every_seconds(self) -> float: ...
+
     def now(self) -> datetime: ...
 
 
 class SystemClock:
+    read_every_seconds = 0.5
+    """A tick is queued at most half a second after it is due."""
+
     def now(self) -> datetime:
         return datetime.now(UTC)
 

@@ -33,13 +33,11 @@ class CronScheduler:
         crons: list[type[CronJob]],
         *,
         clock: Clock | None = None,
-        interval_seconds: float = 0.5,
     ) -> None:
         self.queue = queue
         self.db = db
         self.patterns = {cron.name(): (cron, cron.schedule(settings)) for cron in crons}
         self.clock = clock or SystemClock()
-        self.interval = interval_seconds
         self.queued_up_to: dict[str, datetime] = {}
         self._queue_down = False
         self._stopped = asyncio.Event()
@@ -52,7 +50,7 @@ class CronScheduler:
             return
         while not self._stopped.is_set():
             await self.tick()
-            await self._pause(self.interval)
+            await self._pause(self.clock.read_every_seconds)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -9,6 +9,9 @@ from pathlib import Path
 class FileClock:
     """The time is the ISO timestamp written in a file, so a test in another process moves it at will."""
 
+    read_every_seconds = 0.05
+    """A moved clock is seen within 50 ms: the test waits on the tick it made due."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 

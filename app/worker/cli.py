@@ -51,7 +51,10 @@ def select_queues(registry: JobRegistry, option: str) -> list[str]:
 def run_worker(
     queues: str, burst: bool, *, extra_modules: Sequence[FeatureModule] = (), clock: Clock | None = None
 ) -> int:
-    """The worker of ``WORKER_MODULES`` (and ``extra_modules``, which the test kit's worker entry adds)."""
+    """The worker of ``WORKER_MODULES`` (and ``extra_modules``, which the test kit's worker entry adds).
+
+    ``clock``: the time its cron scheduler reads, and how often (``Clock``; the system's by default).
+    """
     with exit_on_settings_error():
         settings = get_settings()
         configure_logging(settings)

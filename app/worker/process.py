@@ -78,14 +78,7 @@ class WorkerProcess:
         self.all_queues = all_queues
         self.burst = burst
         self.crons = [cron for cron in registry.crons.values() if cron.queue in queues]
-        self.scheduler = CronScheduler(
-            resources.queue,
-            resources.db,
-            resources.settings,
-            self.crons,
-            clock=clock,
-            interval_seconds=0.05 if clock is not None else 0.5,
-        )
+        self.scheduler = CronScheduler(resources.queue, resources.db, resources.settings, self.crons, clock=clock)
         self.relay = OutboxRelayLoop(resources.queue)
         self.metrics = WorkerMetrics(resources.settings)
         self.live: dict[str, _Served] = {}
