@@ -93,10 +93,11 @@ screenshots: install browser  ## the operations page's pictures in docs/images, 
 		OPS_SCREENSHOT_DIR=docs/images $(BIN)/pytest -q -p no:cacheprovider tests/ops \
 		-k "overview_shows or phone_sized or try_it or customer_asks_why or timeline_on_a_phone"
 
-lint: install  ## ruff and mypy on the code and the tests, then on every python block of README.md and docs/
+lint: install  ## ruff, mypy and vulture (dead code) on the code and the tests, then on every python block of README.md and docs/
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
 	@$(BIN)/mypy app bench tools tests
+	@$(BIN)/vulture
 	@$(BIN)/python -m tools.doc_blocks
 
 format: install

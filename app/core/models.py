@@ -10,12 +10,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.core.journal import NOT_JOURNALED
 
 
-def utc_timestamp(*, nullable: bool = True, now_default: bool = False) -> Mapped[datetime]:
-    if now_default:
-        return mapped_column(DateTime(timezone=True), nullable=nullable, server_default=func.now())
-    return mapped_column(DateTime(timezone=True), nullable=nullable)
-
-
 class ClerkSyncedColumns:
     """Rows copied from Clerk: ordered by Clerk's ``updated_at``, soft-deleted at the event time."""
 

@@ -100,9 +100,6 @@ class SecretScrubber:
     def __bool__(self) -> bool:
         return self._pattern is not None
 
-    def found_in(self, value: str) -> bool:
-        return self._pattern is not None and self._pattern.search(value) is not None
-
     def text(self, value: str) -> str:
         if self._pattern is None:
             return value

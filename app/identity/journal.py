@@ -80,7 +80,7 @@ def _entry(row: Journaled, new: bool, deleted: bool) -> JournalEntry | None:
 
 
 @event.listens_for(Session, "after_flush")
-def _journal_flushed(session: Session, flush_context: UOWTransaction) -> None:
+def _journal_flushed(session: Session, _flush_context: UOWTransaction) -> None:
     """After the flush's statements, in its transaction: the journaled rows it wrote (history is still there)."""
     if not journal_sql.JOURNAL_WRITES:
         return

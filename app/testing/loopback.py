@@ -65,5 +65,5 @@ class LoopbackServer:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.stop()

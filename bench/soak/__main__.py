@@ -94,7 +94,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
         verifier = Verifier(config, plan, sender, cluster, db, clerk)
         passes = RecoveryPasses(cluster)
         drained = await verifier.drain(config.drain_timeout_seconds, passes.when_idle)
-        at, began = driver.now(), time.monotonic()
+        at = driver.now()
         say(f"{at:.0f} s: after the endpoint outage, the backfill and both reconciliations")
 
         async def settle() -> float | None:
@@ -104,7 +104,7 @@ async def soak(config: SoakConfig, run_dir: Path) -> RunResult:
             return seconds
 
         repaired = await outage.repair(cluster, settle)
-        faults.records.append(outage.record(at, began, repaired, cluster.sentry_file))
+        faults.records.append(outage.record(at, repaired, cluster.sentry_file))
         findings = await verifier.check(drained)
         text = table(config, findings, sender.stats, faults.records)
         print(text, flush=True)

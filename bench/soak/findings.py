@@ -73,7 +73,6 @@ class Findings:
     dropped_lost: int = 0  # dropped events not brought back: Stripe's not backfilled, Clerk's entity still wrong
     wrongly_set_aside: int = 0
     applied_twice: int = 0
-    processed_without_commit: int = 0
     alerts_ok: int = 0
     drain_seconds: float | None = None
     entities_checked: int = 0

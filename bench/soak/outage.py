@@ -103,7 +103,7 @@ class EndpointOutage:
         done.billing_differed = int(found.group(1)) if found else -1
         return done
 
-    def record(self, at: float, began: float, done: Repair, sentry_file: Path) -> FaultRecord:
+    def record(self, at: float, done: Repair, sentry_file: Path) -> FaultRecord:
         """The fault's row: what was dropped and what each cron logged.
 
         ok: every dropped Stripe event of a handled type was backfilled, with one gap
@@ -125,7 +125,7 @@ class EndpointOutage:
             note += f"; expected {wanted} backfilled"
         ok = done.backfilled == wanted and done.drained is not None and done.billing_differed == 0
         ok = ok and alerts == (1 if wanted else 0)
-        return FaultRecord(NAME, at, time.monotonic() - began, note, ok)
+        return FaultRecord(NAME, at, note, ok)
 
 
 def _in_order(item: tuple[str, str]) -> int:

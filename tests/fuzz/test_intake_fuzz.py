@@ -213,7 +213,7 @@ class Attempt:
         flags = f"signed={self.signed}, status={self.status}, switched_off={self.switched_off}, chunked={self.chunked}"
         return f"Attempt(path={self.path!r}, body={body}, headers={_short(self.headers)}, {flags})"
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, _cycle: bool) -> None:
         """Hypothesis' printer asks this (the IPython protocol) before it would list every field in full."""
         printer.text(repr(self))
 

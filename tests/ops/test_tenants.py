@@ -78,7 +78,8 @@ async def test_the_overview_lists_the_busiest_tenants_and_the_events_page_filter
     )
 
 
-def test_webhooks_list_takes_a_tenant(settings_env: dict[str, str], seeded: Resources) -> None:
+@pytest.mark.usefixtures("seeded")
+def test_webhooks_list_takes_a_tenant(settings_env: dict[str, str]) -> None:
     command = [
         sys.executable,
         "-m",
@@ -99,8 +100,9 @@ def test_webhooks_list_takes_a_tenant(settings_env: dict[str, str], seeded: Reso
     assert lines[-1] == "3 events."
 
 
+@pytest.mark.usefixtures("seeded")
 async def test_the_operations_page_shows_the_busiest_tenants_and_filters_events_by_tenant(
-    settings_env: dict[str, str], seeded: Resources
+    settings_env: dict[str, str],
 ) -> None:
     settings = load_settings({**settings_env, "OPS_PASSWORD": OPS_PASSWORD})
     async with AsyncTestClient(build_app(settings)) as client:

@@ -55,9 +55,6 @@ def recording() -> RecordingHandlers:
     return RecordingHandlers()
 
 
-AppFactory = Callable[..., AsyncTestClient[Any]]
-
-
 @pytest.fixture
 async def make_client(settings_env: dict[str, str], recording: RecordingHandlers) -> AsyncIterator[Callable[..., Any]]:
     """Build the API with env overrides; returns an entered AsyncTestClient."""
