@@ -190,8 +190,7 @@ class _Attempt:
     async def _set_aside(self, error: str) -> None:
         """Set aside and alert, committing only after the alert went out (a crash repeats it, never loses it)."""
         try:
-            async with self.statements.driver.transaction():
-                set_aside = await self.statements.set_aside(error)
+            async with self.statements.setting_aside(error) as set_aside:
                 if set_aside is not None:
                     alert_set_aside(set_aside)
         except Exception:

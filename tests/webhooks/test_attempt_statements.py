@@ -95,14 +95,23 @@ async def test_a_claim_of_a_done_event_holds_its_lock_until_unlocked(
     assert not await holds_lock(driver, row_id)
 
 
-async def test_an_attempt_sets_its_event_aside_once(resources: Resources, driver: asyncpg.Connection) -> None:
+async def test_an_attempt_sets_its_event_aside_once_and_only_when_its_alert_went_out(
+    resources: Resources, driver: asyncpg.Connection
+) -> None:
     stored = await Inbox(resources.db).store("stripe", "evt_aside", "thing.updated", "{}")
     statements = AttemptStatements(driver, stored.row_id)
     assert isinstance(await statements.claim(IDLE_TIMEOUT), Claim)
-    set_aside = await statements.set_aside("PermanentError: no")
-    assert set_aside is not None
-    assert (set_aside.provider, set_aside.event_id, set_aside.type) == ("stripe", "evt_aside", "thing.updated")
-    assert (set_aside.attempts, set_aside.last_error) == (1, "PermanentError: no")
-    assert await statements.set_aside("PermanentError: again") is None
+    with pytest.raises(RuntimeError, match="the alert failed"):
+        async with statements.setting_aside("PermanentError: no") as set_aside:
+            raise RuntimeError("the alert failed")
+    assert (await Inbox(resources.db).find("evt_aside"))[0].state == "failed"  # rolled back: still to set aside
+
+    async with statements.setting_aside("PermanentError: no") as set_aside:
+        assert set_aside is not None
+        assert (set_aside.provider, set_aside.event_id, set_aside.type) == ("stripe", "evt_aside", "thing.updated")
+        assert (set_aside.attempts, set_aside.last_error) == (1, "PermanentError: no")
+    assert (await Inbox(resources.db).find("evt_aside"))[0].state == "set_aside"
+    async with statements.setting_aside("PermanentError: again") as again:
+        assert again is None
     await statements.unlock()
     assert await InboxUpkeep(resources.db).reopen(stored.row_id)

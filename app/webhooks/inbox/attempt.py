@@ -8,6 +8,8 @@ connection, never one checked out for a statement.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import Enum
@@ -107,10 +109,13 @@ class AttemptStatements:
         else:
             await self.driver.execute(sql.UNCOUNT, self.row_id)
 
-    async def set_aside(self, error: str) -> SetAside | None:
-        """Within the caller's transaction: the event set aside (to alert about before committing), or None."""
-        row = await self.driver.fetchrow(sql.SET_ASIDE_ONE, self.row_id, error)
-        return SetAside.of(row) if row is not None else None
+    @asynccontextmanager
+    async def setting_aside(self, error: str) -> AsyncIterator[SetAside | None]:
+        """The event set aside (None: it was not unprocessed), committed only when the block (its alert) ends
+        without an error: a crash in between repeats the alert, never loses it."""
+        async with self.driver.transaction():
+            row = await self.driver.fetchrow(sql.SET_ASIDE_ONE, self.row_id, error)
+            yield SetAside.of(row) if row is not None else None
 
     async def unlock(self) -> None:
         await self.driver.execute(sql.UNLOCK, self.lock_key)
