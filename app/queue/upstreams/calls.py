@@ -127,7 +127,9 @@ class UpstreamCalls:
             await self.budget.admit()
             passage = await self._enter(subject, token)
             if passage.verdict == "probe" and self.health is not None:
-                await self._probe(token)  # its health is the probe: UpstreamHeld while it fails
+                await self._probe(token)  # its health is the probe, in this call's slot: UpstreamHeld while it fails
+                await self.budget.acquire()  # the call itself takes a slot of its own: no two calls in one slot
+                await self.budget.admit()
                 token = secrets.token_hex(8)
                 passage = await self._enter(subject, token)
         call = Call(self.name, time.monotonic() - started, passage.verdict == "probe")
@@ -219,18 +221,21 @@ class UpstreamCalls:
 
     async def _probe(self, token: str) -> None:
         """The probe of a held upstream, by its health check: its answer ends the hold, its failure keeps it."""
-        healthy, recorded = await self._health(token)
+        healthy, recorded = await self._health(token, in_slot=True)
         if healthy:
             self._said_ended(recorded)
             return
         raise self._held(recorded.seconds)
 
-    async def _health(self, token: str) -> tuple[bool, Recorded]:
+    async def _health(self, token: str, *, in_slot: bool = False) -> tuple[bool, Recorded]:
         """Call the health check under ``token`` (which holds the probe's claim): whether it answered, and what
-        the gate recorded (the hold ended or not; still held, with the next probe's time)."""
+        the gate recorded (the hold ended or not; still held, with the next probe's time).
+
+        ``in_slot``: made in the slot its caller took and was admitted to (a probe); else it takes one."""
         assert self.health is not None
-        await self.budget.acquire()
-        await self.budget.admit()
+        if not in_slot:
+            await self.budget.acquire()
+            await self.budget.admit()
         try:
             async with asyncio.timeout(self.timeout):
                 await self.health(self.resources)
