@@ -106,6 +106,12 @@ def main() -> None:
         action="store_true",
         help="py-spy the API during intake, a worker during drains (keeps the run directory)",
     )
+    parser.add_argument(
+        "--baseline-tree",
+        metavar="DIR",
+        help="a checkout of the product before tracing (git worktree add DIR <commit>): tracing_cost also measures "
+        "tracing off against it",
+    )
     parser.add_argument("--no-write", action="store_true", help="with --full: do not update bench/results/latest.md")
     parser.add_argument(
         "--set",
@@ -146,6 +152,7 @@ def main() -> None:
         api_workers=args.api_workers,
         keep=args.keep,
         profile=args.profile,
+        baseline_tree=args.baseline_tree,
         log=_log,
     )
     started = time.perf_counter()

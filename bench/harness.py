@@ -87,6 +87,8 @@ class Run:
     api_workers: int = 1
     keep: bool = False
     profile: bool = False
+    baseline_tree: str | None = None
+    """A checkout of the product before a feature (``--baseline-tree``): what its "off" is measured against."""
     log: Callable[[str], None] = print
     results: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -127,10 +127,13 @@ async def _load(run: Run, label: str, name: str, kind: Kind, url: str, seconds: 
     signed = stripe_set(run.env["STRIPE_WEBHOOK_SECRET"], int(seconds * cap) + 1000, f"{label[0]}{name}{tag}")
     lines, template = signed.write(run.directory, f"{label}-{name}-{tag}")
     server = run.fleet.api_process(kind.launcher, kind.env)
+    profile = profiler(run, f"api-{label}-{name}-{tag}", server, seconds) if tag != "warm" else None
     cpu_before = cpu_seconds(server)
     result = await loadgen.run_closed_loop(
         url, lines, template, seconds=seconds, connections=run.mode.connections, use_wrk=run.use_wrk
     )
+    if profile:
+        await profile
     lines.unlink()
     return result.rps, (cpu_seconds(server) - cpu_before) / max(1, result.requests) * 1e6
 

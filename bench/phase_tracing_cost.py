@@ -10,6 +10,11 @@ drained by one worker of each kind in turn (``bench/paired.py``). Medians land
 in ``Run.results``: the intake's requests per second and the worker's CPU per
 Clerk event, each on and off, and their costs ``tracing_intake_cost`` and
 ``tracing_worker_cost``.
+
+With ``--baseline-tree DIR`` (a checkout of the product before tracing), the
+product with tracing off is measured the same way against that one:
+``tracing_off_intake_cost`` and ``tracing_off_worker_cost``, what tracing
+costs a deployment that does not use it.
 """
 
 from __future__ import annotations
@@ -34,5 +39,10 @@ async def tracing_cost(run: Run) -> None:
         drains = await paired_drains(run, "tracing", run.mode.tracing_drains, kinds)
         record_worker(run, "tracing", drains, "tracing_worker_cost")
     run.results["tracing_exported_mb"] = sink.bytes / 2**20
+    if run.baseline_tree:
+        before = {"on": Kind(), "off": Kind(launcher=("-m", "bench.from_tree", run.baseline_tree))}
+        record_intake(run, "tracing_off", await paired_intake(run, "before", before, run.mode.tracing_intake_rounds))
+        drains = await paired_drains(run, "before", run.mode.tracing_drains, before)
+        record_worker(run, "tracing_off", drains, "tracing_off_worker_cost")
     if not sink.exports:
         run.notes.append("tracing cost: the traced processes exported nothing: the figures measure no tracing")

@@ -45,8 +45,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import Attributes
 
 from app.core.otel_export import ScrubbingExporter
-from app.core.redaction import SecretScrubber
-from app.core.sentry import SENSITIVE_HEADERS
+from app.core.redaction import SENSITIVE_HEADERS, SecretScrubber
 from app.core.settings import Settings
 
 # Probes and scrapes are not stories: no trace each (every few seconds, from every prober).

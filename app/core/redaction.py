@@ -16,6 +16,12 @@ FILTERED = "[Filtered]"
 # Shorter values would match ordinary words and numbers all over the logs.
 MIN_SECRET_LENGTH = 6
 
+SENSITIVE_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "stripe-signature", "svix-signature", "x-api-key"}
+)
+"""Headers dropped from whatever leaves the process (a Sentry event's request, a span), whatever else is
+scrubbed: they are credentials."""
+
 
 # A password given as a query parameter (``?password=...``), which asyncpg and redis-py both accept.
 _QUERY_PASSWORD = re.compile(r"[?&]password=([^&#]*)", re.IGNORECASE)

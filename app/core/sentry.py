@@ -20,18 +20,13 @@ from sentry_sdk.crons import capture_checkin as sentry_capture_checkin
 from sentry_sdk.integrations.logging import LoggingIntegration
 from sentry_sdk.integrations.logging import ignore_logger as sentry_ignore_logger
 from sentry_sdk.types import Breadcrumb, BreadcrumbHint, Event, Hint, MonitorConfig
-from sentry_sdk.utils import BadDsn, Dsn
 
-from app.core.redaction import SecretScrubber
+from app.core.redaction import SENSITIVE_HEADERS, SecretScrubber
 from app.core.request_context import current_request_id
 from app.core.tracing import current_trace_id
 
 logger = logging.getLogger(__name__)
 Component = Literal["api", "worker", "cli"]
-# Dropped from any request an event carries, whatever else is scrubbed: they are credentials.
-SENSITIVE_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "stripe-signature", "svix-signature", "x-api-key"}
-)
 
 
 class SentrySettings(Protocol):
@@ -94,15 +89,6 @@ def _drop_request_payload(event: Event) -> None:
     headers = request.get("headers")
     if isinstance(headers, dict):
         request["headers"] = {key: value for key, value in headers.items() if key.lower() not in SENSITIVE_HEADERS}
-
-
-def is_valid_dsn(dsn: str) -> bool:
-    """Whether the SDK accepts ``dsn``; settings check it at start rather than at the first fault."""
-    try:
-        Dsn(dsn)
-    except BadDsn:
-        return False
-    return True
 
 
 def ignore_logger(name: str) -> None:

@@ -16,11 +16,11 @@ from typing import Any
 from urllib.parse import unquote
 
 from croniter import croniter
+from sentry_sdk.utils import BadDsn, Dsn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from app.core.redaction import redact_url
-from app.core.sentry import is_valid_dsn
 
 Parser = Callable[[str, str], Any]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -198,11 +198,14 @@ def trusted_proxies(name: str, raw: str) -> tuple[Network, ...]:
 
 
 def sentry_dsn(name: str, raw: str) -> str:
-    if not is_valid_dsn(raw):
+    """Checked at start with the SDK's own parser, rather than at the first fault."""
+    try:
+        Dsn(raw)
+    except BadDsn:
         raise SettingsError(
             f"{name} does not parse: copy the DSN from Sentry (Settings > Client Keys), "
             "e.g. https://<key>@o0.ingest.sentry.io/<project>, or unset it to switch Sentry off."
-        )
+        ) from None
     return raw
 
 
