@@ -66,7 +66,7 @@ class Fleet:
         ``env`` over the run's settings, started if it is not running."""
         key = _api_key(launcher, env)
         if key not in self.apis:
-            name = "api" + (f"-{key[0][-1].rsplit('.', 1)[-1]}" if key[0] else "") + ("-env" if key[1] else "")
+            name = "api" + (f"-{_launched_module(key[0])}" if key[0] else "") + ("-env" if key[1] else "")
             settings = {**self.env, **dict(key[1])}
             self.apis[key] = await asyncio.to_thread(
                 self.processes.start_uvicorn, "api", name, "app.asgi:create_app", settings, self.api_workers, key[0]
@@ -136,3 +136,9 @@ def _api_key(
     launcher: Sequence[str], env: Mapping[str, str] | None
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     return tuple(launcher), tuple(sorted((env or {}).items()))
+
+
+def _launched_module(launcher: Sequence[str]) -> str:
+    """The last part of the module a launcher runs (``-m bench.from_tree DIR``: ``from_tree``): a log's name."""
+    module = launcher[launcher.index("-m") + 1] if "-m" in launcher[:-1] else launcher[-1]
+    return module.rsplit(".", 1)[-1]

@@ -13,6 +13,10 @@ only when it needs to be, with
 - a database error's message and stack left out (Postgres quotes the value it
   refused); its type stays.
 
+The same texts come back span after span (a statement's SQL, a route, a
+service name): each is scrubbed once and remembered (a bounded cache), which
+makes the scrubbing a dictionary look-up for nearly every attribute.
+
 Request bodies, event payloads and SQL parameter values are never recorded in
 the first place: no instrumentation here captures bodies, asyncpg's records
 the statement text only, redis' replaces every argument with ``?``.
@@ -20,7 +24,8 @@ the statement text only, redis' replaces every argument with ``?``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -32,6 +37,8 @@ from app.core.redaction import SecretScrubber
 URL_ATTRIBUTES = frozenset({"url.full", "http.url", "http.target"})
 DROPPED_ATTRIBUTES = frozenset({"url.query"})
 _DB_ERROR_KEPT = frozenset({"exception.type", "exception.escaped"})
+_REMEMBERED_TEXTS = 4096
+Scrub = Callable[[str], str]
 
 
 class ScrubbingExporter(SpanExporter):
@@ -39,10 +46,10 @@ class ScrubbingExporter(SpanExporter):
 
     def __init__(self, inner: SpanExporter, scrubber: SecretScrubber) -> None:
         self.inner = inner
-        self.scrubber = scrubber
+        self.text: Scrub = functools.lru_cache(maxsize=_REMEMBERED_TEXTS)(scrubber.text)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.inner.export([scrubbed(span, self.scrubber) for span in spans])
+        return self.inner.export([scrubbed(span, self.text) for span in spans])
 
     def shutdown(self) -> None:
         self.inner.shutdown()
@@ -51,16 +58,16 @@ class ScrubbingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-def scrubbed(span: ReadableSpan, scrubber: SecretScrubber) -> ReadableSpan:
+def scrubbed(span: ReadableSpan, text: Scrub) -> ReadableSpan:
     """The span itself when nothing in it needs removing (nearly always), else a copy without it."""
-    attributes = _attributes(span.attributes, scrubber)
+    attributes = _attributes(span.attributes, text)
     database = "db.system" in attributes or "db.system.name" in attributes
-    events = [_event(event, scrubber, database) for event in span.events]
-    links = [_link(link, scrubber) for link in span.links]
-    name = scrubber.text(span.name)
+    events = [_event(event, text, database) for event in span.events]
+    links = [_link(link, text) for link in span.links]
+    name = text(span.name)
     status = span.status
     if status.description:
-        description = None if database else scrubber.text(status.description)
+        description = None if database else text(status.description)
         status = Status(status.status_code, description)
     unchanged = (
         name == span.name
@@ -87,35 +94,35 @@ def scrubbed(span: ReadableSpan, scrubber: SecretScrubber) -> ReadableSpan:
     )
 
 
-def _attributes(attributes: Mapping[str, Any] | None, scrubber: SecretScrubber) -> dict[str, Any]:
+def _attributes(attributes: Mapping[str, Any] | None, text: Scrub) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     for key, value in (attributes or {}).items():
         if key in DROPPED_ATTRIBUTES:
             continue
         if key in URL_ATTRIBUTES and isinstance(value, str):
             value = value.partition("?")[0]
-        kept[key] = _value(value, scrubber)
+        kept[key] = _value(value, text)
     return kept
 
 
-def _value(value: Any, scrubber: SecretScrubber) -> Any:
+def _value(value: Any, text: Scrub) -> Any:
     if isinstance(value, str):
-        return scrubber.text(value)
+        return text(value)
     if isinstance(value, tuple | list) and any(isinstance(item, str) for item in value):
-        return tuple(scrubber.text(item) if isinstance(item, str) else item for item in value)
+        return tuple(text(item) if isinstance(item, str) else item for item in value)
     return value
 
 
-def _event(event: Event, scrubber: SecretScrubber, database: bool) -> Event:
+def _event(event: Event, text: Scrub, database: bool) -> Event:
     attributes = dict(event.attributes or {})
     if database and event.name == "exception":
         attributes = {key: value for key, value in attributes.items() if key in _DB_ERROR_KEPT}
-    cleaned = _attributes(attributes, scrubber)
+    cleaned = _attributes(attributes, text)
     if cleaned == dict(event.attributes or {}):
         return event
     return Event(event.name, cleaned, event.timestamp)
 
 
-def _link(link: Link, scrubber: SecretScrubber) -> Link:
-    cleaned = _attributes(link.attributes, scrubber)
+def _link(link: Link, text: Scrub) -> Link:
+    cleaned = _attributes(link.attributes, text)
     return link if cleaned == dict(link.attributes or {}) else Link(link.context, cleaned)
