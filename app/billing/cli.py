@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import click
 
-from app.billing.reconcile import ReconcileReport, reconcile_billing, shown
+from app.billing.reconcile import reconcile_billing, shown
 from app.core.commands import command_group, run_with_resources, table
-from app.core.resources import Resources
 
 if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
     from litestar import Litestar
@@ -27,10 +27,7 @@ def billing_group() -> None:
 @click.option("--all", "every", is_flag=True, help="Every linked workspace, not only those not synced lately.")
 @click.option("--dry-run", is_flag=True, help="Only report what differs.")
 def reconcile_command(app: Litestar, every: bool, dry_run: bool) -> None:
-    async def work(resources: Resources) -> ReconcileReport:
-        return await reconcile_billing(resources, every=every, dry_run=dry_run)
-
-    report = run_with_resources(app, work)
+    report = run_with_resources(app, functools.partial(reconcile_billing, every=every, dry_run=dry_run))
     if report.differences:
         rows = [("WORKSPACE", "COLUMN", "STORED", "STRIPE")]
         rows += [(str(d.workspace_id), d.column, shown(d.stored), shown(d.stripe)) for d in report.differences]

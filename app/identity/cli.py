@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import click
 
 from app.core.commands import command_group, command_runtime, run_with_resources
-from app.core.resources import Resources
-from app.identity.reconcile import IdentityReport, reconcile_identity
+from app.identity.reconcile import reconcile_identity
 
 if TYPE_CHECKING:  # the worker loads this module, and no Litestar: commands get ``app`` by name
     from litestar import Litestar
@@ -28,8 +28,4 @@ def identity_group() -> None:
 def reconcile_command(app: Litestar, dry_run: bool) -> None:
     if not command_runtime(app).settings.clerk_secret_key:
         raise click.ClickException("CLERK_SECRET_KEY is not set: set the Clerk Backend API key (sk_...) to reconcile.")
-
-    async def work(resources: Resources) -> IdentityReport:
-        return await reconcile_identity(resources, dry_run=dry_run)
-
-    click.echo(run_with_resources(app, work).summary())
+    click.echo(run_with_resources(app, functools.partial(reconcile_identity, dry_run=dry_run)).summary())

@@ -12,6 +12,7 @@ message travels in the session cookie, encrypted and signed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,28 @@ def _done(request: Request[Any, Any, Any], message: str, to: str = "/ops") -> Re
     return Redirect(to, status_code=303)
 
 
-def _act(request: Request[Any, Any, Any], resources: Resources, action: str, target: str) -> None:
-    client = auth.client_of(request, resources.settings)
+def _log_action(request: Request[Any, Any, Any], ops_actions: OpsActions, action: str, target: str) -> None:
+    client = auth.client_of(request, ops_actions.resources.settings)
     logger.info("Operations page: %s %s, asked by %s.", action, target, client, extra={"ops_action": action})
+
+
+async def _action(
+    request: Request[Any, Any, Any],
+    ops_actions: OpsActions,
+    action: str,
+    target: str,
+    service: Awaitable[str],
+    to: str = "/ops",
+) -> Redirect:
+    """An action's answer, once its form passed the CSRF check: ``service`` done, an info line naming the action, its
+    target and the client, and the service's message shown once on ``to``.
+
+    A target the service does not know is its :class:`NotFound` (404) before any line is written: the log names
+    only real rows, crons and upstreams, never whatever a path segment held.
+    """
+    message = await service
+    _log_action(request, ops_actions, action, target)
+    return _done(request, message, to)
 
 
 def _row_id(text: str | None) -> int | None:
@@ -163,31 +183,34 @@ class OpsController(Controller):
     ) -> Template:
         return _event_page(request, await ops_pages.event(row_id), auth.take_flash(request))
 
-    @post("/events/{row_id:int}/retry", guards=[auth.operator_guard], include_in_schema=False)
-    async def retry(
+    @post("/events/{row_id:int}/{action:str}", guards=[auth.operator_guard], include_in_schema=False)
+    async def event_action(
         self,
         request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
         ops_actions: NamedDependency[OpsActions],
         row_id: FromPath[int],
+        action: FromPath[str],
     ) -> Redirect:
+        """``retry`` or ``replay`` the event (``preview``, answered with the page itself, has its own route)."""
         await auth.check_csrf(request)
-        _act(request, resources, "retry", f"webhook event row {row_id}")
-        return _done(request, await ops_actions.retry(row_id), f"/ops/events/{row_id}")
+        services = {"retry": ops_actions.retry, "replay": ops_actions.replay}
+        if action not in services:
+            raise NotFoundException(detail=f"No event action {action[:20]!r}: retry or replay.")
+        target, page = f"webhook event row {row_id}", f"/ops/events/{row_id}"
+        return await _action(request, ops_actions, action, target, services[action](row_id), page)
 
     @post("/events/{row_id:int}/preview", status_code=200, guards=[auth.operator_guard], include_in_schema=False)
     async def preview(
         self,
         request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
         ops_pages: NamedDependency[OpsPages],
         ops_actions: NamedDependency[OpsActions],
         row_id: FromPath[int],
     ) -> Template:
         """The event's page with what a replay would change: answered at once (it writes nothing to redo)."""
         await auth.check_csrf(request)
-        _act(request, resources, "preview replay", f"webhook event row {row_id}")
         preview = await ops_actions.preview(row_id)
+        _log_action(request, ops_actions, "preview replay", f"webhook event row {row_id}")
         event = await ops_pages.event(row_id)
         if isinstance(preview, str):  # it could not run: why, as a refusal
             return _event_page(request, event, preview)
@@ -206,61 +229,31 @@ class OpsController(Controller):
         found = await ops_pages.timeline(workspace_id, cursor)
         return _page(request, "workspace", timeline=found, shown=shown, first_page=cursor is None)
 
-    @post("/events/{row_id:int}/replay", guards=[auth.operator_guard], include_in_schema=False)
-    async def replay(
-        self,
-        request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
-        ops_actions: NamedDependency[OpsActions],
-        row_id: FromPath[int],
-    ) -> Redirect:
-        await auth.check_csrf(request)
-        _act(request, resources, "replay", f"webhook event row {row_id}")
-        return _done(request, await ops_actions.replay(row_id), f"/ops/events/{row_id}")
-
     @post("/reopen", guards=[auth.operator_guard], include_in_schema=False)
-    async def reopen(
-        self,
-        request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
-        ops_actions: NamedDependency[OpsActions],
-    ) -> Redirect:
+    async def reopen(self, request: Request[Any, Any, Any], ops_actions: NamedDependency[OpsActions]) -> Redirect:
         await auth.check_csrf(request)
-        _act(request, resources, "reopen", "every set-aside webhook event")
-        return _done(request, await ops_actions.reopen_all())
+        return await _action(request, ops_actions, "reopen", "every set-aside webhook event", ops_actions.reopen_all())
 
     @post("/crons/{name:str}/run", guards=[auth.operator_guard], include_in_schema=False)
     async def run_cron(
-        self,
-        request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
-        ops_actions: NamedDependency[OpsActions],
-        name: FromPath[str],
+        self, request: Request[Any, Any, Any], ops_actions: NamedDependency[OpsActions], name: FromPath[str]
     ) -> Redirect:
         await auth.check_csrf(request)
-        message = await ops_actions.run_cron(name)
-        _act(request, resources, "run cron", name)
-        return _done(request, message)
+        return await _action(request, ops_actions, "run cron", name, ops_actions.run_cron(name))
 
     @post("/backfill", guards=[auth.operator_guard], include_in_schema=False)
-    async def backfill(
-        self,
-        request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
-        ops_actions: NamedDependency[OpsActions],
-    ) -> Redirect:
+    async def backfill(self, request: Request[Any, Any, Any], ops_actions: NamedDependency[OpsActions]) -> Redirect:
         form = await auth.check_csrf(request)
         hours = int(form["hours"]) if form.get("hours", "").isdigit() and len(form["hours"]) < 4 else 0
         if hours not in BACKFILL_HOURS:
             return _done(request, "Give the hours to look back: a whole number from 1 to 720.")
-        _act(request, resources, "backfill", f"Stripe events of the last {hours} h")
-        return _done(request, await ops_actions.backfill(hours))
+        target = f"Stripe events of the last {hours} h"
+        return await _action(request, ops_actions, "backfill", target, ops_actions.backfill(hours))
 
     @post("/upstreams/{name:str}/{action:str}", guards=[auth.operator_guard], include_in_schema=False)
     async def upstream(
         self,
         request: Request[Any, Any, Any],
-        resources: NamedDependency[Resources],
         ops_actions: NamedDependency[OpsActions],
         name: FromPath[str],
         action: FromPath[str],
@@ -268,18 +261,15 @@ class OpsController(Controller):
         """``pause`` (its form's ``for``: a duration, or none: until resumed) or ``resume`` an upstream."""
         form = await auth.check_csrf(request)
         if action == "resume":
-            message, target = await ops_actions.resume_upstream(name), name
-        elif action == "pause":
-            written = form.get("for", "").strip()
-            duration = parse_duration(written) if written else None
-            if written and not duration:
-                return _done(request, f"{written[:20]!r} is not a duration: give one like 30m, 2h or 7d, or none.")
-            message = await ops_actions.pause_upstream(name, duration)
-            target = f"{name} for {written}" if written else f"{name} until resumed"
-        else:
+            return await _action(request, ops_actions, "resume upstream", name, ops_actions.resume_upstream(name))
+        if action != "pause":
             raise NotFoundException(detail=f"No upstream action {action[:20]!r}: pause or resume.")
-        _act(request, resources, f"{action} upstream", target)
-        return _done(request, message)
+        written = form.get("for", "").strip()
+        duration = parse_duration(written) if written else None
+        if written and not duration:
+            return _done(request, f"{written[:20]!r} is not a duration: give one like 30m, 2h or 7d, or none.")
+        target = f"{name} for {written}" if written else f"{name} until resumed"
+        return await _action(request, ops_actions, "pause upstream", target, ops_actions.pause_upstream(name, duration))
 
 
 def ops_routes(resources: Resources) -> list[ControllerRouterHandler]:

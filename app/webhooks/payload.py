@@ -73,14 +73,15 @@ def _nested_deeper_than(value: dict[str, Any], limit: int) -> bool:
     return False
 
 
-def check_event_field(name: str, value: Any) -> str:
-    """An event id or type: a non-empty string of at most 255 characters without NUL."""
+def check_event_field(name: str, value: Any, holder: str = "The event") -> str:
+    """An event id or type, or another value that becomes a key (``holder`` names what carries it, for the
+    message): a non-empty string of at most 255 characters without NUL."""
     if not isinstance(value, str) or not value:
-        raise PayloadError(f"The event needs a non-empty string {name!r}.")
+        raise PayloadError(f"{holder} needs a non-empty string {name!r}.")
     if len(value) > MAX_FIELD_CHARS:
-        raise PayloadError(f"The event's {name!r} is longer than {MAX_FIELD_CHARS} characters.")
+        raise PayloadError(f"{holder}'s {name!r} is longer than {MAX_FIELD_CHARS} characters.")
     if "\x00" in value:
-        raise PayloadError(f"The event's {name!r} holds a NUL character.")
+        raise PayloadError(f"{holder}'s {name!r} holds a NUL character.")
     return value
 
 

@@ -14,16 +14,17 @@ from app.webhooks.handlers import EventRoutes, WebhookContext
 from app.webhooks.processing import process_event
 from app.webhooks.providers import PROVIDERS
 from app.webhooks.providers.base import (
+    EventEnvelope,
     Headers,
     SignatureError,
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    decode_payload,
 )
 from tests.webhooks.conftest import inbox_rows
 
 ACME_SECRET = b"acme-shared-secret"
+ACME_ENVELOPE = EventEnvelope(id_field="event_id", type_field="kind")
 
 
 def _acme_verifier(settings: Settings) -> Verifier | None:
@@ -31,8 +32,7 @@ def _acme_verifier(settings: Settings) -> Verifier | None:
         expected = "sha256=" + hmac.new(ACME_SECRET, body, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(headers.get("x-acme-signature", ""), expected):
             raise SignatureError("Bad X-Acme-Signature.")
-        payload = decode_payload(body)
-        return VerifiedEvent.of(payload.get("event_id"), payload.get("kind"), payload)
+        return ACME_ENVELOPE.read(body, headers)
 
     return verify
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.settings import Settings
 from app.queue.queues import QueueName
-from app.webhooks.payload import MAX_FIELD_CHARS
+from app.webhooks.payload import MAX_FIELD_CHARS, check_event_field
 from app.webhooks.verification import (
     MAX_SIGNATURE_HEADER_BYTES,
     Headers,
@@ -35,6 +35,7 @@ JsonSchema = Mapping[str, Any]
 __all__ = [
     "MAX_FIELD_CHARS",
     "MAX_SIGNATURE_HEADER_BYTES",
+    "EventEnvelope",
     "Headers",
     "JsonSchema",
     "PayloadError",
@@ -42,6 +43,7 @@ __all__ = [
     "VerifiedEvent",
     "Verifier",
     "WebhookProvider",
+    "check_event_field",
     "decode_payload",
     "event_key_schema",
     "signature_header",
@@ -51,6 +53,23 @@ __all__ = [
 def event_key_schema(what: str) -> JsonSchema:
     """An event id or type in a body schema: the intake refuses (400) anything but a non-empty string without NUL."""
     return {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS, "description": what}
+
+
+@dataclass(frozen=True)
+class EventEnvelope:
+    """Where a provider's deliveries carry their event's id and type: the id in the body (``id_field``) or in a
+    signed header (``id_header``), the type in the body (``type_field``)."""
+
+    id_field: str = "id"
+    type_field: str = "type"
+    id_header: str | None = None
+
+    def read(self, body: bytes, headers: Headers) -> VerifiedEvent:
+        """The event in a body whose signature verified: decoded as intake and worker decode it, its id and type
+        checked as inbox keys, else :class:`PayloadError` (400, nothing stored)."""
+        payload = decode_payload(body)
+        event_id = headers.get(self.id_header) if self.id_header else payload.get(self.id_field)
+        return VerifiedEvent.of(event_id, payload.get(self.type_field), payload, body)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
+    EventEnvelope,
     Headers,
     JsonSchema,
     SignatureError,
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    decode_payload,
     event_key_schema,
     signature_header,
 )
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from svix.webhooks import Webhook
 
 SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
+ENVELOPE = EventEnvelope(id_header="svix-id")
 
 
 def _verifier(settings: Settings) -> Verifier | None:
@@ -50,8 +51,7 @@ def _verifier(settings: Settings) -> Verifier | None:
                 "Clerk (svix) signature does not match, or its timestamp is more than 5 minutes off. "
                 "Check CLERK_WEBHOOK_SIGNING_SECRET."
             ) from None
-        payload = decode_payload(body)
-        return VerifiedEvent.of(present["svix-id"], payload.get("type"), payload, body)
+        return ENVELOPE.read(body, present)
 
     return verify
 

@@ -28,7 +28,7 @@ from app.core.lazy_import import lazy_module
 from app.core.settings import Settings
 from app.queue.queues import QueueName
 from app.webhooks.providers.base import (
-    MAX_FIELD_CHARS,
+    EventEnvelope,
     Headers,
     JsonSchema,
     PayloadError,
@@ -36,7 +36,7 @@ from app.webhooks.providers.base import (
     VerifiedEvent,
     Verifier,
     WebhookProvider,
-    decode_payload,
+    check_event_field,
     event_key_schema,
     signature_header,
 )
@@ -48,6 +48,7 @@ else:  # imported with its first use: an API that gets no Stripe delivery never 
 
 TOLERANCE_SECONDS = 300
 HEADER = "Stripe-Signature"
+ENVELOPE = EventEnvelope()
 
 
 def _verifier(settings: Settings) -> Verifier | None:
@@ -69,8 +70,7 @@ def _verifier(settings: Settings) -> Verifier | None:
                 "Stripe signature does not match any configured secret, or its timestamp is older than "
                 f"{TOLERANCE_SECONDS}s. Check STRIPE_WEBHOOK_SECRET."
             )
-        payload = decode_payload(body)
-        return VerifiedEvent.of(payload.get("id"), payload.get("type"), payload, body)
+        return ENVELOPE.read(body, headers)
 
     return verify
 
@@ -124,11 +124,7 @@ def check_thin_event(event: VerifiedEvent) -> None:
             "nothing says what changed."
         )
     for name in ("id", "type"):
-        value = related.get(name)
-        if not isinstance(value, str) or not value:
-            raise PayloadError(f"The thin event's related_object needs a non-empty string {name!r}.")
-        if len(value) > MAX_FIELD_CHARS:
-            raise PayloadError(f"The thin event's related_object {name!r} is longer than {MAX_FIELD_CHARS} characters.")
+        check_event_field(name, related.get(name), holder="The thin event's related_object")
 
 
 _STRING: JsonSchema = {"type": "string"}
