@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
-
 from app.clients.jobs import SendClientSummaryJob, SendClientSummaryJobData
-from app.identity.models import Workspace
+from app.identity.directory import active_workspace_ids
 from app.queue.job import CronJob, CronTick
 
 logger = logging.getLogger(__name__)
@@ -25,18 +23,7 @@ class SendWeeklySummariesCronJob(CronJob):
         after_id = 0
         while True:
             async with self.resources.db.session() as session:
-                ids = (
-                    (
-                        await session.execute(
-                            select(Workspace.id)
-                            .where(Workspace.deleted_at.is_(None), Workspace.id > after_id)
-                            .order_by(Workspace.id)
-                            .limit(BATCH_SIZE)
-                        )
-                    )
-                    .scalars()
-                    .all()
-                )
+                ids = await active_workspace_ids(session, after_id=after_id, limit=BATCH_SIZE)
             if not ids:
                 break
             for workspace_id in ids:

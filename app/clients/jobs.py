@@ -1,14 +1,18 @@
-"""The worked example of a job: send one workspace its summary email, once."""
+"""The worked example of a job: send one workspace its summary email, once.
+
+The workspace and its members are identity's: the job reads them through
+identity's reads for other modules (``app/identity/directory.py``), never its
+tables, so identity stays free to change them.
+"""
 
 from __future__ import annotations
 
 import logging
 
 import msgspec
-from sqlalchemy import func, select
 
 from app.clients.email import EMAIL, EmailMessage, EmailSender, LoggingEmailSender
-from app.identity.models import AppUser, Workspace, WorkspaceMember
+from app.identity.directory import active_workspace, member_emails
 from app.queue.effects import perform_once
 from app.queue.job import Job
 
@@ -35,32 +39,19 @@ class SendClientSummaryJob(Job[SendClientSummaryJobData]):
 
     async def handle(self, data: SendClientSummaryJobData) -> None:
         async with self.resources.db.session() as session:
-            workspace = await session.get(Workspace, data.workspace_id)
-            if workspace is None or workspace.deleted_at is not None:
+            workspace = await active_workspace(session, data.workspace_id)
+            if workspace is None:
                 logger.info("Workspace %s is gone: no summary.", data.workspace_id)
                 return
-            members = (
-                await session.execute(
-                    select(AppUser.email)
-                    .join(WorkspaceMember, WorkspaceMember.user_id == AppUser.id)
-                    .where(
-                        WorkspaceMember.workspace_id == workspace.id,
-                        WorkspaceMember.deleted_at.is_(None),
-                        AppUser.deleted_at.is_(None),
-                        AppUser.email.is_not(None),
-                    )
-                    .order_by(func.lower(AppUser.email))
-                )
-            ).scalars()
-            recipients = tuple(email for email in members if email)
-            message = EmailMessage(
-                to=recipients,
-                subject=f"Your {workspace.name or 'workspace'} summary for {data.period}",
-                body=(
-                    f"Members: {len(recipients)} (limit {workspace.member_limit}). "
-                    f"Plan: {workspace.subscription_status or 'free'}."
-                ),
-            )
+            recipients = await member_emails(session, workspace.id)
+        message = EmailMessage(
+            to=recipients,
+            subject=f"Your {workspace.name or 'workspace'} summary for {data.period}",
+            body=(
+                f"Members: {len(recipients)} (limit {workspace.member_limit}). "
+                f"Plan: {workspace.subscription_status or 'free'}."
+            ),
+        )
         if not recipients:
             logger.info("Workspace %s has no member with an email: no summary.", data.workspace_id)
             return

@@ -1,17 +1,17 @@
 """The processing job: its payload is the inbox row id only; the row is the source of truth.
 
-A provider with a queue of its own has a job class of its own on it
-(``ProcessStripeEventJob`` on ``webhook-stripe-queue``...), so one provider's
-backlog never holds up another's events; any other provider's events share
+A provider with a queue of its own declares a job class of its own beside it,
+in one line (``class ProcessStripeEventJob(ProcessWebhookEventJob,
+provider=STRIPE)``, on ``webhook-stripe-queue``), so one provider's backlog
+never holds up another's events; any other provider's events share
 ``ProcessWebhookEventJob`` on ``webhook-queue``. Within a queue, an event takes
 its tenant's turn (the row's ``tenant_key``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
@@ -20,6 +20,9 @@ from app.core.resources import MessageQueue
 from app.queue.job import FromSetting, Job
 from app.queue.queues import QueueName
 from app.webhooks.processing import process_event
+
+if TYPE_CHECKING:  # a provider's file declares its job from this module: the type alone, no import back
+    from app.webhooks.providers.base import WebhookProvider
 
 
 class ProcessWebhookEventData(msgspec.Struct, frozen=True):
@@ -32,35 +35,50 @@ def deduplication_id(row_id: int) -> str:
 
 
 class ProcessWebhookEventJob(Job[ProcessWebhookEventData]):
-    """Processes one inbox event: of any provider, or of ``provider`` in a subclass (:func:`processing_job`)."""
+    """Processes one inbox event: of any provider, or, in a subclass declared with ``provider=``, of that one's.
+
+    ``class ProcessStripeEventJob(ProcessWebhookEventJob, provider=STRIPE)`` gives Stripe's events their job:
+    named by the class (arq, the metrics, the logs, ``/ops``), on the queue the provider names.
+    """
 
     provider: ClassVar[str | None] = None
-    queue = QueueName.WEBHOOK
+    queue: ClassVar[str] = QueueName.WEBHOOK
     retry_limit = FromSetting("webhook_retry_limit")
     backoff_base_seconds = FromSetting("webhook_retry_base_seconds")
     timeout_seconds = FromSetting("webhook_job_timeout_seconds")
+
+    def __init_subclass__(cls, *, provider: WebhookProvider | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if provider is None:
+            return
+        known = _JOBS.get(provider.name)
+        if known is not None:
+            raise TypeError(f"Provider {provider.name!r} has a job already ({known.name()}): declare one, not two.")
+        cls.provider, cls.queue = provider.name, provider.queue
+        _JOBS[provider.name] = cls
 
     async def handle(self, data: ProcessWebhookEventData) -> None:
         await process_event(self.resources, data.event_row_id, self.provider)
 
 
 _JOBS: dict[str, type[ProcessWebhookEventJob]] = {}
+"""Provider name -> the job class declared for it (as its file is imported)."""
 
 
-def processing_job(provider: str, queue: str | None = None) -> type[ProcessWebhookEventJob]:
-    """The job class of ``provider``'s events: ``ProcessStripeEventJob``, made once per process, for a provider
-    with a queue of its own (``WebhookProvider.queue``, given where it is set up); else the shared one."""
-    known = _JOBS.get(provider)
-    if known is not None:
-        if queue is not None and known.queue != queue:
-            raise ValueError(f"Provider {provider!r} has its job on {known.queue}, not {queue}.")
-        return known
-    if queue is None or queue == QueueName.WEBHOOK:
-        return ProcessWebhookEventJob
-    words = "".join(word.capitalize() for word in re.split(r"[^A-Za-z0-9]+", provider) if word)
-    attributes = {"provider": provider, "queue": queue, "__module__": __name__}
-    job_cls = type(f"Process{words}EventJob", (ProcessWebhookEventJob,), attributes)
-    _JOBS[provider] = job_cls
+def processing_job(provider: str) -> type[ProcessWebhookEventJob]:
+    """The job class of ``provider``'s events: the one declared for it, else the shared one."""
+    return _JOBS.get(provider, ProcessWebhookEventJob)
+
+
+def provider_job(provider: WebhookProvider) -> type[ProcessWebhookEventJob]:
+    """:func:`processing_job`, checked against the queue ``provider`` names, for the module that runs the jobs."""
+    job_cls = processing_job(provider.name)
+    if job_cls.queue != provider.queue:
+        raise TypeError(
+            f"Provider {provider.name!r} names {provider.queue} for its events, but its job {job_cls.name()} runs on "
+            f"{job_cls.queue}: declare its own beside it, "
+            "`class Process<Name>EventJob(ProcessWebhookEventJob, provider=<the provider>)`."
+        )
     return job_cls
 
 

@@ -13,7 +13,7 @@ from app.webhooks.crons import (
     WebhookRecoveryCronJob,
     WebhookRetentionCronJob,
 )
-from app.webhooks.jobs import ProcessWebhookEventJob, processing_job
+from app.webhooks.jobs import ProcessWebhookEventJob, provider_job
 from app.webhooks.models import WebhookEvent
 from app.webhooks.providers import PROVIDERS, WebhookProvider
 
@@ -26,11 +26,7 @@ def build_webhooks_module(
     return FeatureModule(
         name="webhooks",
         api=api,
-        jobs=list(
-            dict.fromkeys(
-                [ProcessWebhookEventJob, *(processing_job(p.name, p.queue) for p in providers), WebhookBackfillJob]
-            )
-        ),
+        jobs=list(dict.fromkeys([ProcessWebhookEventJob, *(provider_job(p) for p in providers), WebhookBackfillJob])),
         queues=list(dict.fromkeys(p.queue for p in providers if p.queue not in STARTER_QUEUES)),
         crons=[WebhookRecoveryCronJob, WebhookRetentionCronJob, WebhookBackfillCronJob],
         cli_groups=[webhooks_group],

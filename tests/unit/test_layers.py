@@ -208,6 +208,32 @@ def test_a_repository_imports_only_models_its_module_may_write(module: str) -> N
     assert not wrong, "\n".join(wrong)
 
 
+def foreign_models(root: Path) -> list[str]:
+    """Imports of a feature module's models from outside that module."""
+    return [
+        f"{path.relative_to(root)} imports {name}"
+        for path in sorted((root / "app").rglob("*.py"))
+        for name in sorted(project_imports(path, root))
+        for module in FEATURE_MODULES
+        if name == f"app.{module}.models" and path.relative_to(root).parts[1] != module
+    ]
+
+
+def test_a_module_reads_another_modules_rows_through_that_modules_functions() -> None:
+    """E.g. the worked example (``app/clients``) asks ``app/identity/directory.py`` for a workspace's members: it
+    queries no identity table, so identity can change its tables without breaking it."""
+    found = foreign_models(ROOT)
+    assert not found, "another module's models (ask that module's functions instead):\n" + "\n".join(found)
+
+
+def test_the_models_check_sees_a_module_importing_another_modules_models(tmp_path: Path) -> None:
+    for folder in ("app/clients", "app/identity"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "app/clients/jobs.py").write_text("from app.identity.models import Workspace\n")
+    (tmp_path / "app/identity/services.py").write_text("from app.identity.models import Workspace\n")
+    assert foreign_models(tmp_path) == ["app/clients/jobs.py imports app.identity.models"]
+
+
 def test_the_table_check_sees_sql_statements_and_orm_writes(tmp_path: Path) -> None:
     (tmp_path / "app" / "clients").mkdir(parents=True)
     source = tmp_path / "app" / "clients" / "jobs.py"

@@ -125,7 +125,7 @@ class MemberLimitResult:
 
 @dataclass(frozen=True)
 class WorkspaceSummary:
-    """A workspace as an operator looks it up: its keys, its plan, whether it is deleted."""
+    """A workspace as an operator looks it up, or another module reads it: its keys, its plan, whether it is deleted."""
 
     id: int
     name: str | None
@@ -255,7 +255,33 @@ class WorkspaceRepository(ClerkRows):
         rows = (await self.session.execute(query.order_by(Workspace.id))).all()
         return [(int(row[0]), str(row[1])) for row in rows]
 
-    # Operators: finding a workspace ------------------------------------------------------------------------
+    # Other modules' reads (app/identity/directory.py) and operators' ----------------------------------------
+    async def active_ids(self, *, after_id: int, limit: int) -> list[int]:
+        """Up to ``limit`` ids of workspaces not deleted, above ``after_id``, in id order: a page of a walk."""
+        query = (
+            select(Workspace.id)
+            .where(Workspace.deleted_at.is_(None), Workspace.id > after_id)
+            .order_by(Workspace.id)
+            .limit(limit)
+        )
+        return list((await self.session.scalars(query)).all())
+
+    async def member_emails(self, workspace_id: int) -> list[str]:
+        """The emails of the workspace's members (neither membership nor user deleted), case-insensitively sorted."""
+        query = (
+            select(AppUser.email)
+            .join(WorkspaceMember, WorkspaceMember.user_id == AppUser.id)
+            .where(
+                WorkspaceMember.workspace_id == workspace_id,
+                WorkspaceMember.deleted_at.is_(None),
+                AppUser.deleted_at.is_(None),
+                AppUser.email.is_not(None),
+                AppUser.email != "",
+            )
+            .order_by(func.lower(AppUser.email))
+        )
+        return [str(email) for email in (await self.session.scalars(query)).all()]
+
     async def get(self, workspace_id: int) -> WorkspaceSummary | None:
         row = (await self.session.execute(select(*_SUMMARY).where(Workspace.id == workspace_id))).first()
         return WorkspaceSummary(*row) if row is not None else None

@@ -2,8 +2,11 @@
 
 Adding a provider is one new file defining a :class:`WebhookProvider` and one
 line in ``app/webhooks/providers/__init__.py``. Everything a provider file
-needs is importable from here. Which of its event types are handled is said by
-the module that handles them (its ``webhook_handlers``), not here.
+needs is importable from here; one with a queue of its own also declares its
+job there, in one line, from ``app/webhooks/jobs.py``
+(``class ProcessStripeEventJob(ProcessWebhookEventJob, provider=STRIPE)``).
+Which of its event types are handled is said by the module that handles them
+(its ``webhook_handlers``), not here.
 """
 
 from __future__ import annotations
@@ -93,8 +96,9 @@ class WebhookProvider:
     """What in a signed body is answered 400, for that answer's description in the OpenAPI document."""
 
     queue: str = QueueName.WEBHOOK
-    """The queue of its events' jobs: a provider's own never waits behind another's. A name the starter does not
-    list (``app/queue/queues.py``) is declared by the webhooks module, which runs the job."""
+    """The queue of its events' jobs: a provider's own never waits behind another's, and its file declares the job
+    that runs there (``ProcessWebhookEventJob``). A name the starter does not list (``app/queue/queues.py``) is
+    declared by the webhooks module, which runs the job."""
 
     check_handled_body: Callable[[VerifiedEvent], None] | None = None
     """What a verified body of a type a loaded module handles must carry beyond an id and a type

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from app.core.settings import Settings
 from app.queue.queues import QueueName
+from app.webhooks.jobs import ProcessWebhookEventJob
 from app.webhooks.providers.base import (
     EventEnvelope,
     Headers,
@@ -85,3 +86,7 @@ CLERK = WebhookProvider(
         "svix-signature": "space-separated v1,<base64 HMAC> entries, one per signing secret",
     },
 )
+
+
+class ProcessClerkEventJob(ProcessWebhookEventJob, provider=CLERK):
+    """Clerk's events, on ``webhook-clerk-queue``: never behind another provider's."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.lazy_import import lazy_module
 from app.core.settings import Settings
 from app.queue.queues import QueueName
+from app.webhooks.jobs import ProcessWebhookEventJob
 from app.webhooks.providers.base import (
     EventEnvelope,
     Headers,
@@ -207,3 +208,7 @@ STRIPE = WebhookProvider(
     signature_headers={HEADER: "t=<unix time>,v1=<HMAC-SHA256 of '<t>.<body>' keyed by the whsec_ secret>"},
     check_handled_body=check_thin_event,
 )
+
+
+class ProcessStripeEventJob(ProcessWebhookEventJob, provider=STRIPE):
+    """Stripe's events, on ``webhook-stripe-queue``: never behind another provider's."""
