@@ -3,8 +3,8 @@
 Everything written to Redis carries ``settings.redis_namespace``: the arq queue
 is ``<namespace><queue name>`` and a job id is ``<namespace><deduplication id>``
 (or a random id), so tests and several apps can share one Redis. Jobs are
-written by ``app.queue.arq_adapter`` (one script call, placed by their tenant's
-turn); a job's state is read with arq's own ``Job``.
+written and a job's state is read by ``app.queue.arq_adapter`` (one script
+call, placed by their tenant's turn), which alone knows arq's keys.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from datetime import timedelta
 from typing import Any, cast
 
 from arq.connections import ArqRedis
-from arq.jobs import Job as ArqJob
-from arq.jobs import JobStatus
-from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -31,26 +28,14 @@ from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import JobState
 from app.core.settings import Settings
 from app.core.tracing import CURRENT_TRACE, JobTraceContext
-from app.queue.arq_adapter import ArqEnqueuer
-from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced
+from app.queue.arq_adapter import ArqEnqueuer, job_state
+from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced, now_ms
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
 from app.queue.serialization import deserialize, serialize
 
 logger = logging.getLogger(__name__)
-
-_STATES: dict[JobStatus, JobState] = {
-    JobStatus.queued: "queued",
-    JobStatus.deferred: "deferred",
-    JobStatus.in_progress: "in_progress",
-    JobStatus.complete: "absent",  # finished: its id is free (no result is kept)
-    JobStatus.not_found: "absent",
-}
-
-
-def queue_key(settings: Settings, queue: str) -> str:
-    return namespaced(settings, queue)
 
 
 def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> ArqRedis:
@@ -68,7 +53,7 @@ class ArqQueue:
         self.timeout = timeout
         # Every call below runs under asyncio.timeout(self.timeout).
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
-        self._enqueuer = ArqEnqueuer(self.redis, lambda queue: queue_key(settings, queue))
+        self._enqueuer = ArqEnqueuer(self.redis, settings)
 
     async def add(
         self,
@@ -131,7 +116,7 @@ class ArqQueue:
             return []
         try:
             async with asyncio.timeout(self.timeout):
-                results = await self._enqueuer.enqueue(jobs, timestamp_ms())
+                results = await self._enqueuer.enqueue(jobs, now_ms())
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._unavailable(what, exc) from exc
         return [self._queued_id(job, queued) for queued, job in zip(results, jobs, strict=True)]
@@ -157,18 +142,14 @@ class ArqQueue:
 
     async def state(self, deduplication_id: str, queue: str) -> JobState:
         """Whether the job with that deduplication id waits on ``queue`` (due or deferred), runs, or is absent."""
-        job = ArqJob(
-            namespaced(self.settings, deduplication_id), self.redis, _queue_name=queue_key(self.settings, queue)
-        )
         try:
             async with asyncio.timeout(self.timeout):
-                status = await job.status()
+                return await job_state(self.redis, self.settings, namespaced(self.settings, deduplication_id), queue)
         except (TimeoutError, RedisError, OSError) as exc:
             raise QueueUnavailableError(
                 f"Could not read the state of job {deduplication_id!r}: Redis did not answer within "
                 f"{self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'})."
             ) from exc
-        return _STATES[status]
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

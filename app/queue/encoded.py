@@ -12,13 +12,12 @@ a delay keeps its real due time.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-
-from arq.utils import timestamp_ms, to_ms
 
 from app.core.request_context import CURRENT_REQUEST, JobRequestId, request_id_for_job
 from app.core.tracing import CURRENT_TRACE, JobTraceContext, current_trace_context
@@ -27,6 +26,15 @@ from app.queue.retry import expires_after_seconds
 
 if TYPE_CHECKING:
     from app.core.settings import Settings
+
+
+def now_ms() -> int:
+    """The time as the queue scores and stamps jobs: epoch milliseconds."""
+    return round(time.time() * 1000)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 def namespaced(settings: Settings, key: str) -> str:
@@ -111,9 +119,9 @@ def encode_jobs(
     """
     policy = job_cls.retry_policy(settings)
     limit = policy.retry_limit if retry_limit is None else retry_limit
-    expires_after_ms = to_ms(expires_after_seconds(policy, limit, 0.0))
-    name, queue, now = job_cls.name(), str(job_cls.queue), timestamp_ms()
-    run_at_ms = now + (to_ms(delay) or 0)
+    expires_after_ms = _ms(expires_after_seconds(policy, limit, 0.0))
+    name, queue, now = job_cls.name(), str(job_cls.queue), now_ms()
+    run_at_ms = now + (_ms(delay.total_seconds()) if delay is not None else 0)
     fair = delay is None and job_cls.fair
     keys = tenant_keys if tenant_keys is not None else [None] * len(items)
     current = current_trace_context()

@@ -19,7 +19,7 @@ from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
 from app.queue.outbox import relay_outbox, stage
-from app.queue.serialization import deserialize, serialize
+from app.queue.serialization import as_read_back
 
 ContextFactory = Callable[[str, int, str], JobContext]
 """(job id, retry limit, queue) -> the context a job runs with: the process's resources."""
@@ -111,14 +111,13 @@ class SyncQueue:
     async def _run(self, job_cls: type[Job[Any]], job: EncodedJob) -> str | None:
         if job.job_id in self._running:
             return None
-        envelope = deserialize(serialize({"a": [job.data]}))
         context = dataclasses.replace(
             self._context(job.job_id, job.retry_limit, job_cls.queue), trace_context=job.trace_context
         )
         self._running.add(job.job_id)
         try:
             with bound_request_id(job.request_id):  # as the arq worker binds it
-                await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
+                await run_attempt(context, job_cls, as_read_back(job.data), may_retry=False)
         finally:
             self._running.discard(job.job_id)
         return job.job_id

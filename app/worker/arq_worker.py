@@ -3,7 +3,8 @@
 arq handles one queue per Worker, pickles by default, retries nothing but
 ``Retry``, keeps results for an hour and logs every job twice over ours. Each
 Worker here is arq's own, given JSON, no kept result (a finished job's
-deduplication id is free at once), our retries (``run_attempt``) and one
+deduplication id is free at once), our retries (``run_attempt``'s
+``RetryScheduled``, handed to arq as its ``Retry``) and one
 function: every job names ``DISPATCH_FUNCTION`` and carries its class name, so
 the function runs the class this worker loads, or says clearly that it loads
 none by that name. A try that was only a wait (an upstream held) is given back
@@ -22,9 +23,8 @@ from arq.worker import Function, Retry, Worker, func
 
 from app.core.request_context import bound_request_id
 from app.core.sentry import report_exception
-from app.queue.arq_adapter import DISPATCH_FUNCTION
-from app.queue.arq_driver import queue_key
-from app.queue.errors import UnknownJobError
+from app.queue.arq_adapter import DISPATCH_FUNCTION, queue_key
+from app.queue.errors import RetryScheduled, UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import UNLIMITED_RETRIES, Job, JobContext
 from app.queue.queues import poll_delay
@@ -85,10 +85,10 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
         with bound_request_id(request_id):
             try:
                 await run_attempt(context, job_cls, raw)
-            except Retry as retry:
+            except RetryScheduled as retry:
                 if waited_without_attempt(retry):
                     await tries.give_back(job_id)
-                raise
+                raise Retry(defer=retry.after_seconds) from retry
             except Exception:
                 pass  # a final failure, logged and reported by run_attempt: arq need not log it again
         if given_back:
