@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import timedelta
 from typing import Any, cast
 
 from arq.connections import ArqRedis
@@ -25,9 +24,8 @@ from app.core.db import Database
 from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
-from app.core.resources import JobState
+from app.core.resources import JobOptions, JobState, MessageQueue
 from app.core.settings import Settings
-from app.core.tracing import CURRENT_TRACE, JobTraceContext
 from app.queue.arq_adapter import ArqEnqueuer, job_state
 from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced, now_ms
 from app.queue.errors import QueueUnavailableError
@@ -46,7 +44,7 @@ def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> Arq
     return redis
 
 
-class ArqQueue:
+class ArqQueue(MessageQueue):
     def __init__(self, settings: Settings, db: Database, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
         self.settings = settings
         self.db = db
@@ -55,31 +53,11 @@ class ArqQueue:
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
         self._enqueuer = ArqEnqueuer(self.redis, settings)
 
-    async def add(
-        self,
-        job_cls: type[Job[Any]],
-        data: Any,
-        *,
-        retry_limit: int | None = None,
-        delay: timedelta | None = None,
-        deduplication_id: str | None = None,
-        session: AsyncSession | None = None,
-        request_id: JobRequestId = CURRENT_REQUEST,
-        tenant_key: str | None = None,
-        trace_context: JobTraceContext = CURRENT_TRACE,
+    async def _add(
+        self, job_cls: type[Job[Any]], data: Any, options: JobOptions, *, session: AsyncSession | None
     ) -> str | None:
         with _producing(job_cls, 1):  # the job continues this span (tracing on)
-            job = encode_job(
-                self.settings,
-                job_cls,
-                data,
-                retry_limit=retry_limit,
-                delay=delay,
-                deduplication_id=deduplication_id,
-                request_id=request_id,
-                tenant_key=tenant_key,
-                trace_context=trace_context,
-            )
+            job = encode_job(self.settings, job_cls, data, options)
             if session is not None:
                 stage(session, job)
                 return job.job_id

@@ -19,13 +19,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.core.request_context import CURRENT_REQUEST, JobRequestId, request_id_for_job
+from app.core.request_context import JobRequestId, request_id_for_job
+from app.core.resources import JobOptions
 from app.core.tracing import CURRENT_TRACE, JobTraceContext, current_trace_context
 from app.queue.job import Job
 from app.queue.retry import expires_after_seconds
 
 if TYPE_CHECKING:
     from app.core.settings import Settings
+
+
+NO_OPTIONS = JobOptions()
 
 
 def now_ms() -> int:
@@ -70,32 +74,19 @@ class EncodedJob:
         return max(self.run_at_ms - now_ms, 0) + self.expires_after_ms
 
 
-def encode_job(
-    settings: Settings,
-    job_cls: type[Job[Any]],
-    data: Any,
-    *,
-    retry_limit: int | None = None,
-    delay: timedelta | None = None,
-    deduplication_id: str | None = None,
-    request_id: JobRequestId = CURRENT_REQUEST,
-    tenant_key: str | None = None,
-    trace_context: JobTraceContext = CURRENT_TRACE,
-) -> EncodedJob:
+def encode_job(settings: Settings, job_cls: type[Job[Any]], data: Any, options: JobOptions = NO_OPTIONS) -> EncodedJob:
     """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times.
 
-    ``request_id``: the request the job is for (every line it writes carries it); by default the one queuing it.
-    ``tenant_key``: whose work it is; by default the data's field the class names (``Job.tenant_field``).
-    ``trace_context``: the trace its attempts are spans of; by default the one queuing it.
+    ``options``: as ``MessageQueue.add``'s keywords (by default the request, tenant and trace are the caller's).
     """
     (job,) = encode_jobs(
         settings,
         job_cls,
-        [(data, deduplication_id, request_id)],
-        retry_limit=retry_limit,
-        delay=delay,
-        tenant_keys=[tenant_key],
-        trace_contexts=[trace_context],
+        [(data, options.deduplication_id, options.request_id)],
+        retry_limit=options.retry_limit,
+        delay=options.delay,
+        tenant_keys=[options.tenant_key],
+        trace_contexts=[options.trace_context],
     )
     return job
 

@@ -20,7 +20,7 @@ from arq.jobs import JobStatus
 from arq.typing import WorkerCoroutine
 from arq.worker import Worker, func
 
-from app.core.resources import Resources
+from app.core.resources import JobOptions, Resources
 from app.queue import arq_adapter
 from app.queue.arq_adapter import (
     CHECKED_ARQ_VERSION,
@@ -89,7 +89,7 @@ async def test_a_job_the_adapter_wrote_is_read_back_by_arqs_own_job_api(resource
 async def test_the_adapter_writes_the_bytes_enqueue_job_writes(resources: Resources) -> None:
     """The same job through arq's ``enqueue_job`` and through the adapter: the same envelope, byte for byte."""
     settings = resources.settings
-    encoded = encode_job(settings, RecordJob, RecordData(key="bytes"), deduplication_id="via-adapter", delay=None)
+    encoded = encode_job(settings, RecordJob, RecordData(key="bytes"), JobOptions(deduplication_id="via-adapter"))
     redis: ArqRedis = resources.queue.redis  # type: ignore[attr-defined]
     await redis.enqueue_job(
         DISPATCH_FUNCTION,
