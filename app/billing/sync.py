@@ -66,7 +66,7 @@ from app.core.resources import Resources
 from app.core.sentry import report_exception
 from app.identity.seats import set_member_limit
 from app.queue.errors import PermanentError, RetryLater
-from app.queue.job import FromSetting, Job
+from app.queue.job import UNLIMITED_RETRIES, FromSetting, Job
 from app.queue.queues import QueueName
 from app.queue.retry import backoff_seconds
 from app.webhooks import coverage
@@ -112,7 +112,7 @@ class StripeSyncJob(Job[StripeSyncData]):
     queue = QueueName.STRIPE_SYNC
     fair = False  # queued for its turn of the budget, not its tenant's turn
     # Its deferrals and its retries are scheduled by the sync itself; the events' rows count the tries.
-    retry_limit = 10_000
+    retry_limit = UNLIMITED_RETRIES
     timeout_seconds = FromSetting("webhook_job_timeout_seconds")
 
     async def handle(self, data: StripeSyncData) -> None:

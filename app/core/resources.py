@@ -4,14 +4,17 @@ The composition root (``app/runtime.py``) builds them, the same set for the
 API, the worker and the commands; nothing here knows the queue's drivers or
 the feature modules. :class:`MessageQueue` is the interface jobs are queued
 through (arq in production, sync in tests), declared here so that every
-layer above can use it without knowing who implements it.
+layer above can use it without knowing who implements it; it owns ``add``, and
+a driver implements the one step that differs (``_add``).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,7 +29,19 @@ JobState = Literal["queued", "deferred", "in_progress", "absent"]
 T = TypeVar("T")
 
 
-class MessageQueue(Protocol):
+@dataclass(frozen=True)
+class JobOptions:
+    """How one job is queued: ``MessageQueue.add``'s keywords (described there), as a driver receives them."""
+
+    retry_limit: int | None = None
+    delay: timedelta | None = None
+    deduplication_id: str | None = None
+    request_id: JobRequestId = CURRENT_REQUEST
+    tenant_key: str | None = None
+    trace_context: JobTraceContext = CURRENT_TRACE
+
+
+class MessageQueue(ABC):
     """Jobs are queued by class (``app.queue.job.Job``), never by name."""
 
     async def add(
@@ -65,8 +80,23 @@ class MessageQueue(Protocol):
         a job with that deduplication id already waits is decided when it is
         relayed.
         """
-        ...
+        options = JobOptions(
+            retry_limit=retry_limit,
+            delay=delay,
+            deduplication_id=deduplication_id,
+            request_id=request_id,
+            tenant_key=tenant_key,
+            trace_context=trace_context,
+        )
+        return await self._add(job_cls, data, options, session=session)
 
+    @abstractmethod
+    async def _add(
+        self, job_cls: type[Any], data: Any, options: JobOptions, *, session: AsyncSession | None
+    ) -> str | None:
+        """``add`` with its keywords gathered in ``options``: stage the job in ``session``, or queue it now."""
+
+    @abstractmethod
     async def add_many(
         self,
         job_cls: type[Any],
@@ -84,8 +114,8 @@ class MessageQueue(Protocol):
 
         One round trip to Redis instead of one per job (the recovery cron queues pages of events).
         """
-        ...
 
+    @abstractmethod
     async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
         """Queue committed staged jobs and delete their rows; returns how many rows were relayed.
 
@@ -97,13 +127,14 @@ class MessageQueue(Protocol):
         a time (every worker's relay loop); raises ``QueueUnavailableError``
         when Redis does not take them, and the rows stay for the next round.
         """
-        ...
 
+    @abstractmethod
     async def state(self, deduplication_id: str, queue: str) -> JobState:
         """Whether the job with that deduplication id waits on ``queue`` (due or deferred), runs, or is absent."""
-        ...
 
-    async def close(self) -> None: ...
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the driver's own connections."""
 
 
 class Resources:

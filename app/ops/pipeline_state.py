@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from app.core.module import FeatureModule
 from app.core.resources import Resources
-from app.queue.arq_driver import queue_key
+from app.queue.arq_adapter import queued_count
 from app.queue.crons import last_successes, latest_runs, next_tick, period_seconds
 from app.queue.heartbeat import alive
 from app.queue.job import CronJob
@@ -57,7 +57,7 @@ async def read_state(
     state = PipelineState(inbox=await inbox.unprocessed_counts(), tenants=await inbox.queue_tenants())
     redis, settings = resources.redis, resources.settings
     for queue in queues:
-        state.waiting[queue] = int(await redis.zcard(queue_key(settings, queue)))
+        state.waiting[queue] = await queued_count(redis, settings, queue)
     state.workers = await alive(redis, settings)
     state.crons = await _crons(resources, worker_crons)
     state.upstreams = await upstream_rows(resources, upstreams or {})

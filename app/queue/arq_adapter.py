@@ -1,7 +1,10 @@
-"""The one place that writes arq's keys itself: jobs queued in one script call, checked against arq's own API.
+"""The one place that knows arq's Redis layout: its queues, its job keys and states, checked against arq's own API.
 
-Everything else uses arq's public interface (``Worker``, ``func``, ``Job``,
-``Retry``). This module exists for one measured gain (bench/README.md, "The arq
+Nothing else reads or writes arq's keys: the driver queues jobs and asks a
+job's state here, ``/ops`` counts a queue's jobs (``queued_count``) and the
+worker's start-up check looks at the first of them (``peek``). The worker runs
+a stock ``arq.Worker`` (``app.worker.arq_worker``) through arq's public
+interface. Jobs are written by a script of our own, for one measured gain (bench/README.md, "The arq
 adapter"): ``ArqRedis.enqueue_job`` costs three round trips per job (WATCH,
 EXISTS, MULTI/EXEC) and a pinned connection, and a recovery page or an outbox
 relay queues hundreds; a job placed by its tenant's turn would cost a fourth.
@@ -11,7 +14,8 @@ places fair jobs by ``app.queue.fairness`` in the same call.
 
 ``tests/queue/test_arq_adapter.py`` checks it against the installed arq: a job
 written here is read back by ``arq.jobs.Job(...).info()`` and ``status()`` and
-run by a stock ``Worker``, and the test fails, naming this module, when the
+run by a stock ``Worker``, what is counted and peeked here is what arq queued
+and runs, and the test fails, naming this module, when the
 installed arq is not ``CHECKED_ARQ_VERSION``. arq is in maintenance mode:
 re-check this file against its ``connections.py`` before changing the pin.
 """
@@ -20,16 +24,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib.metadata import version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arq.connections import ArqRedis
 from arq.constants import job_key_prefix, result_key_prefix
-from arq.jobs import serialize_job
+from arq.jobs import Job as ArqJob
+from arq.jobs import JobStatus, serialize_job
 
 from app.core.redis import LuaScript
-from app.queue.encoded import EncodedJob, job_kwargs
+from app.queue.encoded import EncodedJob, job_kwargs, namespaced
 from app.queue.fairness import ANONYMOUS_TENANT, HORIZON_MS, PLACE_BY_TURN_LUA, turns_key
-from app.queue.serialization import serialize
+from app.queue.serialization import deserialize, serialize
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from app.core.resources import JobState
+    from app.core.settings import Settings
 
 CHECKED_ARQ_VERSION = "0.28.0"
 """The arq release whose ``ArqRedis.enqueue_job`` this module was checked against (constraints.txt pins it)."""
@@ -66,6 +77,20 @@ return queued
 )
 
 
+_STATES: dict[JobStatus, JobState] = {
+    JobStatus.queued: "queued",
+    JobStatus.deferred: "deferred",
+    JobStatus.in_progress: "in_progress",
+    JobStatus.complete: "absent",  # finished: its id is free (no result is kept)
+    JobStatus.not_found: "absent",
+}
+
+
+def queue_key(settings: Settings, queue: str) -> str:
+    """The queue as arq names it in Redis (its sorted set of job ids, due and deferred): the namespaced name."""
+    return namespaced(settings, queue)
+
+
 def installed_arq_version() -> str:
     return version("arq")
 
@@ -89,19 +114,49 @@ def envelope(job: EncodedJob) -> bytes:
 
 
 class ArqEnqueuer:
-    """Queues encoded jobs on their queues (``queue_key(job.queue)`` as Redis names it) in one script call."""
+    """Queues encoded jobs on their queues (``queue_key``) in one script call."""
 
-    def __init__(self, redis: ArqRedis, queue_key: Any) -> None:
+    def __init__(self, redis: ArqRedis, settings: Settings) -> None:
         self._script = LuaScript(redis, _ENQUEUE_LUA)
-        self._queue_key = queue_key
+        self._settings = settings
 
     async def enqueue(self, jobs: Sequence[EncodedJob], now_ms: int) -> list[bool]:
         """Per job, in order: queued (True) or already waiting, running or kept as a result (False)."""
         keys: list[str] = []
         args: list[Any] = [now_ms, HORIZON_MS]
         for job in jobs:
-            queue = self._queue_key(job.queue)
+            queue = queue_key(self._settings, job.queue)
             keys += [job_key_prefix + job.job_id, result_key_prefix + job.job_id, queue, turns_key(queue)]
             score = "" if job.fair else job.run_at_ms
             args += [envelope(job), job.expires_in_ms(now_ms), score, job.tenant_key or ANONYMOUS_TENANT, job.job_id]
         return [bool(queued) for queued in await self._script(keys=keys, args=args)]
+
+
+async def job_state(redis: Redis, settings: Settings, job_id: str, queue: str) -> JobState:
+    """Whether the job waits on ``queue`` (due or deferred), runs, or is absent (finished or never queued)."""
+    job = ArqJob(job_id, redis, _queue_name=queue_key(settings, queue))
+    return _STATES[await job.status()]
+
+
+async def queued_count(redis: Redis, settings: Settings, queue: str) -> int:
+    """Jobs waiting on ``queue``, due or deferred (running ones have left it)."""
+    return int(await redis.zcard(queue_key(settings, queue)))
+
+
+async def peek(redis: Redis, settings: Settings, queue: str, count: int) -> list[str | None]:
+    """The class names of the first ``count`` jobs on ``queue``, soonest due first.
+
+    ``None`` for a job whose stored envelope could not be read; a job gone since the queue was read is left out.
+    """
+    key = queue_key(settings, queue)
+    names: list[str | None] = []
+    for job_id in await redis.zrange(key, 0, count - 1):
+        job = ArqJob(job_id.decode(), redis, _queue_name=key, _deserializer=deserialize)
+        try:
+            info = await job.info()
+        except Exception:
+            names.append(None)
+            continue
+        if info is not None and info.args:
+            names.append(str(info.args[0]))  # the job's class name (its arq function is the dispatch function)
+    return names

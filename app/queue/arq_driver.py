@@ -3,8 +3,8 @@
 Everything written to Redis carries ``settings.redis_namespace``: the arq queue
 is ``<namespace><queue name>`` and a job id is ``<namespace><deduplication id>``
 (or a random id), so tests and several apps can share one Redis. Jobs are
-written by ``app.queue.arq_adapter`` (one script call, placed by their tenant's
-turn); a job's state is read with arq's own ``Job``.
+written and a job's state is read by ``app.queue.arq_adapter`` (one script
+call, placed by their tenant's turn), which alone knows arq's keys.
 """
 
 from __future__ import annotations
@@ -13,13 +13,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import timedelta
 from typing import Any, cast
 
 from arq.connections import ArqRedis
-from arq.jobs import Job as ArqJob
-from arq.jobs import JobStatus
-from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,29 +24,16 @@ from app.core.db import Database
 from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
-from app.core.resources import JobState
+from app.core.resources import JobOptions, JobState, MessageQueue
 from app.core.settings import Settings
-from app.core.tracing import CURRENT_TRACE, JobTraceContext
-from app.queue.arq_adapter import ArqEnqueuer
-from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced
+from app.queue.arq_adapter import ArqEnqueuer, job_state
+from app.queue.encoded import EncodedJob, encode_job, encode_jobs, namespaced, now_ms
 from app.queue.errors import QueueUnavailableError
 from app.queue.job import Job
 from app.queue.outbox import relay_outbox, stage
 from app.queue.serialization import deserialize, serialize
 
 logger = logging.getLogger(__name__)
-
-_STATES: dict[JobStatus, JobState] = {
-    JobStatus.queued: "queued",
-    JobStatus.deferred: "deferred",
-    JobStatus.in_progress: "in_progress",
-    JobStatus.complete: "absent",  # finished: its id is free (no result is kept)
-    JobStatus.not_found: "absent",
-}
-
-
-def queue_key(settings: Settings, queue: str) -> str:
-    return namespaced(settings, queue)
 
 
 def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> ArqRedis:
@@ -61,40 +44,20 @@ def make_arq_redis(url: str, *, timeout: float, per_command: bool = True) -> Arq
     return redis
 
 
-class ArqQueue:
+class ArqQueue(MessageQueue):
     def __init__(self, settings: Settings, db: Database, *, timeout: float = FAST_TIMEOUT_SECONDS) -> None:
         self.settings = settings
         self.db = db
         self.timeout = timeout
         # Every call below runs under asyncio.timeout(self.timeout).
         self.redis = make_arq_redis(self.settings.require_redis_url(), timeout=timeout, per_command=False)
-        self._enqueuer = ArqEnqueuer(self.redis, lambda queue: queue_key(settings, queue))
+        self._enqueuer = ArqEnqueuer(self.redis, settings)
 
-    async def add(
-        self,
-        job_cls: type[Job[Any]],
-        data: Any,
-        *,
-        retry_limit: int | None = None,
-        delay: timedelta | None = None,
-        deduplication_id: str | None = None,
-        session: AsyncSession | None = None,
-        request_id: JobRequestId = CURRENT_REQUEST,
-        tenant_key: str | None = None,
-        trace_context: JobTraceContext = CURRENT_TRACE,
+    async def _add(
+        self, job_cls: type[Job[Any]], data: Any, options: JobOptions, *, session: AsyncSession | None
     ) -> str | None:
         with _producing(job_cls, 1):  # the job continues this span (tracing on)
-            job = encode_job(
-                self.settings,
-                job_cls,
-                data,
-                retry_limit=retry_limit,
-                delay=delay,
-                deduplication_id=deduplication_id,
-                request_id=request_id,
-                tenant_key=tenant_key,
-                trace_context=trace_context,
-            )
+            job = encode_job(self.settings, job_cls, data, options)
             if session is not None:
                 stage(session, job)
                 return job.job_id
@@ -131,7 +94,7 @@ class ArqQueue:
             return []
         try:
             async with asyncio.timeout(self.timeout):
-                results = await self._enqueuer.enqueue(jobs, timestamp_ms())
+                results = await self._enqueuer.enqueue(jobs, now_ms())
         except (TimeoutError, RedisError, OSError) as exc:
             raise self._unavailable(what, exc) from exc
         return [self._queued_id(job, queued) for queued, job in zip(results, jobs, strict=True)]
@@ -157,18 +120,14 @@ class ArqQueue:
 
     async def state(self, deduplication_id: str, queue: str) -> JobState:
         """Whether the job with that deduplication id waits on ``queue`` (due or deferred), runs, or is absent."""
-        job = ArqJob(
-            namespaced(self.settings, deduplication_id), self.redis, _queue_name=queue_key(self.settings, queue)
-        )
         try:
             async with asyncio.timeout(self.timeout):
-                status = await job.status()
+                return await job_state(self.redis, self.settings, namespaced(self.settings, deduplication_id), queue)
         except (TimeoutError, RedisError, OSError) as exc:
             raise QueueUnavailableError(
                 f"Could not read the state of job {deduplication_id!r}: Redis did not answer within "
                 f"{self.timeout:g} s ({type(exc).__name__}: {exc or 'timed out'})."
             ) from exc
-        return _STATES[status]
 
     async def close(self) -> None:
         await self.redis.aclose(close_connection_pool=True)

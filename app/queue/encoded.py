@@ -12,21 +12,33 @@ a delay keeps its real due time.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from arq.utils import timestamp_ms, to_ms
-
-from app.core.request_context import CURRENT_REQUEST, JobRequestId, request_id_for_job
+from app.core.request_context import JobRequestId, request_id_for_job
+from app.core.resources import JobOptions
 from app.core.tracing import CURRENT_TRACE, JobTraceContext, current_trace_context
 from app.queue.job import Job
 from app.queue.retry import expires_after_seconds
 
 if TYPE_CHECKING:
     from app.core.settings import Settings
+
+
+NO_OPTIONS = JobOptions()
+
+
+def now_ms() -> int:
+    """The time as the queue scores and stamps jobs: epoch milliseconds."""
+    return round(time.time() * 1000)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 def namespaced(settings: Settings, key: str) -> str:
@@ -62,32 +74,19 @@ class EncodedJob:
         return max(self.run_at_ms - now_ms, 0) + self.expires_after_ms
 
 
-def encode_job(
-    settings: Settings,
-    job_cls: type[Job[Any]],
-    data: Any,
-    *,
-    retry_limit: int | None = None,
-    delay: timedelta | None = None,
-    deduplication_id: str | None = None,
-    request_id: JobRequestId = CURRENT_REQUEST,
-    tenant_key: str | None = None,
-    trace_context: JobTraceContext = CURRENT_TRACE,
-) -> EncodedJob:
+def encode_job(settings: Settings, job_cls: type[Job[Any]], data: Any, options: JobOptions = NO_OPTIONS) -> EncodedJob:
     """Validate ``data`` against the job's type (``TypeError`` if it is not one) and fix the job's id and times.
 
-    ``request_id``: the request the job is for (every line it writes carries it); by default the one queuing it.
-    ``tenant_key``: whose work it is; by default the data's field the class names (``Job.tenant_field``).
-    ``trace_context``: the trace its attempts are spans of; by default the one queuing it.
+    ``options``: as ``MessageQueue.add``'s keywords (by default the request, tenant and trace are the caller's).
     """
     (job,) = encode_jobs(
         settings,
         job_cls,
-        [(data, deduplication_id, request_id)],
-        retry_limit=retry_limit,
-        delay=delay,
-        tenant_keys=[tenant_key],
-        trace_contexts=[trace_context],
+        [(data, options.deduplication_id, options.request_id)],
+        retry_limit=options.retry_limit,
+        delay=options.delay,
+        tenant_keys=[options.tenant_key],
+        trace_contexts=[options.trace_context],
     )
     return job
 
@@ -111,9 +110,9 @@ def encode_jobs(
     """
     policy = job_cls.retry_policy(settings)
     limit = policy.retry_limit if retry_limit is None else retry_limit
-    expires_after_ms = to_ms(expires_after_seconds(policy, limit, 0.0))
-    name, queue, now = job_cls.name(), str(job_cls.queue), timestamp_ms()
-    run_at_ms = now + (to_ms(delay) or 0)
+    expires_after_ms = _ms(expires_after_seconds(policy, limit, 0.0))
+    name, queue, now = job_cls.name(), str(job_cls.queue), now_ms()
+    run_at_ms = now + (_ms(delay.total_seconds()) if delay is not None else 0)
     fair = delay is None and job_cls.fair
     keys = tenant_keys if tenant_keys is not None else [None] * len(items)
     current = current_trace_context()

@@ -28,6 +28,19 @@ class RetryLater(Exception):
         self.after_seconds = after_seconds
 
 
+class RetryScheduled(Exception):
+    """A try failed (or waited) and the job runs again in ``after_seconds``: ``run_attempt``'s answer to its runner.
+
+    Raised from the job's own error. Only a runner that retries receives it: the
+    worker hands it to its queue (``app.worker.arq_worker`` raises arq's
+    ``Retry``); the sync driver and ``crons run`` run a single try.
+    """
+
+    def __init__(self, after_seconds: float) -> None:
+        super().__init__(f"retried in {after_seconds:.1f} s")
+        self.after_seconds = after_seconds
+
+
 class QueueUnavailableError(Exception):
     """The queue (Redis) did not accept a job within the bounded wait."""
 

@@ -3,8 +3,8 @@
 It binds the job's log context (``job_name``, ``job_id``, ``queue``, ``attempt``:
 every line written while the job runs carries them, stdlib lines included),
 validates the data, runs ``handle`` under the job's timeout, and on failure
-logs the traceback, reports to Sentry and decides: ``arq.Retry`` with backoff on
-a non-final try, the job's own exception on the final one.
+logs the traceback, reports to Sentry and decides: ``RetryScheduled`` with
+backoff on a non-final try, the job's own exception on the final one.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ from typing import Any
 
 import msgspec
 import structlog
-from arq import Retry
 
 from app.core import tracing
 from app.core.journal import caused_by
 from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
-from app.queue.errors import PermanentError, RetryLater
+from app.queue.errors import PermanentError, RetryLater, RetryScheduled
 from app.queue.job import CronJob, CronTick, Job, JobContext
 from app.queue.retry import retry_delay
 from app.queue.tries import waited_without_attempt
@@ -48,7 +47,7 @@ def _describe_tries(context: JobContext) -> str:
 
 
 async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *, may_retry: bool = True) -> None:
-    """Run one try; raise ``arq.Retry`` to retry, or the job's error when the failure is final.
+    """Run one try; raise ``RetryScheduled`` to retry, or the job's error when the failure is final.
 
     With tracing on, the try is a span named after the job's class, in the trace it was queued in.
     """
@@ -101,7 +100,7 @@ async def run_attempt(context: JobContext, job_cls: type[Job[Any]], raw: Any, *,
                 _log_and_report(context, name, exc, started, final=final, delay=delay)
             if delay is None:
                 raise
-            raise Retry(defer=delay) from exc
+            raise RetryScheduled(delay) from exc
         _count(name, "ok", started)
         logger.info("Job %s finished in %.0f ms.", name, _ms(started), extra={"duration_ms": _ms(started)})
 

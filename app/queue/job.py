@@ -37,6 +37,11 @@ DEFAULT_BACKOFF_BASE_SECONDS = 5.0
 DEFAULT_BACKOFF_CAP_SECONDS = 3600.0
 DEFAULT_TIMEOUT_SECONDS = 300
 
+UNLIMITED_RETRIES = 1_000_000
+"""A ``retry_limit`` that never runs out, for a job that schedules its own retries and ends itself (a Stripe
+sync), and arq's own count of tries (our limits travel with each job). No job lives that long: its queued key
+expires after ``app.queue.retry.MAX_EXPIRES_SECONDS`` whatever its limit, and recovery queues its work again."""
+
 
 @dataclass(frozen=True)
 class FromSetting:

@@ -28,3 +28,8 @@ def serialize(envelope: dict[str, Any]) -> bytes:
 
 def deserialize(raw: bytes) -> dict[str, Any]:
     return _decoder.decode(raw)
+
+
+def as_read_back(value: Any) -> Any:
+    """``value`` as it comes out of the queue: through JSON and back (what the sync driver gives a job)."""
+    return msgspec.json.decode(_encoder.encode(value))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database
 from app.core.request_context import CURRENT_REQUEST, JobRequestId, bound_request_id
-from app.core.resources import JobState
+from app.core.resources import JobOptions, JobState, MessageQueue
 from app.core.settings import Settings
 from app.core.tracing import CURRENT_TRACE, JobTraceContext
 from app.queue.encoded import EncodedJob, encode_job, namespaced
@@ -19,13 +18,13 @@ from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
 from app.queue.job import Job, JobContext
 from app.queue.outbox import relay_outbox, stage
-from app.queue.serialization import deserialize, serialize
+from app.queue.serialization import as_read_back
 
 ContextFactory = Callable[[str, int, str], JobContext]
 """(job id, retry limit, queue) -> the context a job runs with: the process's resources."""
 
 
-class SyncQueue:
+class SyncQueue(MessageQueue):
     """Runs the job inside ``add`` with the same JSON round trip and validation as the worker.
 
     A failure is raised to the caller (once: no retries inline), so a test sees
@@ -43,30 +42,10 @@ class SyncQueue:
         # Staged rows name their job: the classes of the loaded modules, and any staged through this queue.
         self._classes: dict[str, type[Job[Any]]] = dict(jobs)
 
-    async def add(
-        self,
-        job_cls: type[Job[Any]],
-        data: Any,
-        *,
-        retry_limit: int | None = None,
-        delay: timedelta | None = None,
-        deduplication_id: str | None = None,
-        session: AsyncSession | None = None,
-        request_id: JobRequestId = CURRENT_REQUEST,
-        tenant_key: str | None = None,
-        trace_context: JobTraceContext = CURRENT_TRACE,
+    async def _add(
+        self, job_cls: type[Job[Any]], data: Any, options: JobOptions, *, session: AsyncSession | None
     ) -> str | None:
-        job = encode_job(
-            self.settings,
-            job_cls,
-            data,
-            retry_limit=retry_limit,
-            delay=delay,
-            deduplication_id=deduplication_id,
-            request_id=request_id,
-            tenant_key=tenant_key,
-            trace_context=trace_context,
-        )
+        job = encode_job(self.settings, job_cls, data, options)
         if session is not None:
             self._classes.setdefault(job.name, job_cls)
             stage(session, job)
@@ -86,8 +65,11 @@ class SyncQueue:
         keys: Sequence[str | None] = [None] * len(items) if tenant_keys is None else tenant_keys
         traces: Sequence[JobTraceContext] = [CURRENT_TRACE] * len(items) if trace_contexts is None else trace_contexts
         return [
-            await self.add(
-                job_cls, data, deduplication_id=dedup, request_id=request_id, tenant_key=key, trace_context=trace
+            await self._add(
+                job_cls,
+                data,
+                JobOptions(deduplication_id=dedup, request_id=request_id, tenant_key=key, trace_context=trace),
+                session=None,
             )
             for (data, dedup), request_id, key, trace in zip(items, ids, keys, traces, strict=True)
         ]
@@ -111,14 +93,13 @@ class SyncQueue:
     async def _run(self, job_cls: type[Job[Any]], job: EncodedJob) -> str | None:
         if job.job_id in self._running:
             return None
-        envelope = deserialize(serialize({"a": [job.data]}))
         context = dataclasses.replace(
             self._context(job.job_id, job.retry_limit, job_cls.queue), trace_context=job.trace_context
         )
         self._running.add(job.job_id)
         try:
             with bound_request_id(job.request_id):  # as the arq worker binds it
-                await run_attempt(context, job_cls, envelope["a"][0], may_retry=False)
+                await run_attempt(context, job_cls, as_read_back(job.data), may_retry=False)
         finally:
             self._running.discard(job.job_id)
         return job.job_id

@@ -3,7 +3,8 @@
 arq handles one queue per Worker, pickles by default, retries nothing but
 ``Retry``, keeps results for an hour and logs every job twice over ours. Each
 Worker here is arq's own, given JSON, no kept result (a finished job's
-deduplication id is free at once), our retries (``run_attempt``) and one
+deduplication id is free at once), our retries (``run_attempt``'s
+``RetryScheduled``, handed to arq as its ``Retry``) and one
 function: every job names ``DISPATCH_FUNCTION`` and carries its class name, so
 the function runs the class this worker loads, or says clearly that it loads
 none by that name. A try that was only a wait (an upstream held) is given back
@@ -22,11 +23,10 @@ from arq.worker import Function, Retry, Worker, func
 
 from app.core.request_context import bound_request_id
 from app.core.sentry import report_exception
-from app.queue.arq_adapter import DISPATCH_FUNCTION
-from app.queue.arq_driver import queue_key
-from app.queue.errors import UnknownJobError
+from app.queue.arq_adapter import DISPATCH_FUNCTION, queue_key
+from app.queue.errors import RetryScheduled, UnknownJobError
 from app.queue.execution import run_attempt
-from app.queue.job import Job, JobContext
+from app.queue.job import UNLIMITED_RETRIES, Job, JobContext
 from app.queue.queues import poll_delay
 from app.queue.registry import JobRegistry
 from app.queue.serialization import deserialize, serialize
@@ -44,8 +44,6 @@ logger = logging.getLogger(__name__)
 # before another worker runs it again.
 ARQ_TIMEOUT_MARGIN_SECONDS = 2
 ARQ_IN_PROGRESS_EXTRA_SECONDS = 10
-# Tries are limited per job (the retry_limit travelling with it), not by arq.
-ARQ_MAX_TRIES = 1_000_000
 WORKER_REDIS_TIMEOUT_SECONDS = 5.0
 HEALTH_CHECK_INTERVAL_SECONDS = 60
 
@@ -87,10 +85,10 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
         with bound_request_id(request_id):
             try:
                 await run_attempt(context, job_cls, raw)
-            except Retry as retry:
+            except RetryScheduled as retry:
                 if waited_without_attempt(retry):
                     await tries.give_back(job_id)
-                raise
+                raise Retry(defer=retry.after_seconds) from retry
             except Exception:
                 pass  # a final failure, logged and reported by run_attempt: arq need not log it again
         if given_back:
@@ -98,7 +96,8 @@ def dispatch_function(queue: str, registry: JobRegistry, resources: Resources) -
 
     run.__qualname__ = f"run job of {queue}"
     timeout = queue_timeout_seconds(list(jobs.values()), resources)
-    return func(run, name=DISPATCH_FUNCTION, keep_result=0, timeout=timeout, max_tries=ARQ_MAX_TRIES)
+    # arq's own count of tries stops no job: each job's retry_limit, travelling with it, does (run_attempt).
+    return func(run, name=DISPATCH_FUNCTION, keep_result=0, timeout=timeout, max_tries=UNLIMITED_RETRIES)
 
 
 def _refuse_unknown(name: str, queue: str, ctx: dict[str, Any]) -> None:
@@ -141,7 +140,7 @@ def build_arq_worker(
         max_jobs=settings.worker_max_jobs,
         keep_result=0,
         poll_delay=poll_delay(queue, settings.worker_poll_delay_seconds),
-        max_tries=ARQ_MAX_TRIES,
+        max_tries=UNLIMITED_RETRIES,
         health_check_interval=HEALTH_CHECK_INTERVAL_SECONDS,
         ctx={"resources": resources},
         job_serializer=serialize,

@@ -5,14 +5,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from arq.jobs import Job as ArqJob
-
-from app.queue.arq_adapter import version_mismatch
-from app.queue.arq_driver import queue_key
+from app.queue.arq_adapter import peek, queued_count, version_mismatch
 from app.queue.job import CronJob
 from app.queue.queues import QueueName, poll_delay
 from app.queue.registry import JobRegistry
-from app.queue.serialization import deserialize
 from app.worker.arq_worker import rerun_after_kill_seconds
 
 if TYPE_CHECKING:
@@ -22,6 +18,9 @@ if TYPE_CHECKING:
     from app.core.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+UNSERVED_JOBS_NAMED = 10
+"""The first jobs of an unserved queue whose class names the start-up error lists."""
 
 
 def log_loaded(registry: JobRegistry, queues: list[str], crons: list[type[CronJob]], resources: Resources) -> None:
@@ -77,19 +76,10 @@ async def report_unserved_queues(redis: Redis, settings: Settings, served: list[
     for queue in known:
         if queue in served:
             continue
-        key = queue_key(settings, queue)
-        waiting = await redis.zcard(key)
+        waiting = await queued_count(redis, settings, queue)
         if not waiting:
             continue
-        names: set[str] = set()
-        for job_id in await redis.zrange(key, 0, 9):
-            try:
-                info = await ArqJob(job_id.decode(), redis, _queue_name=key, _deserializer=deserialize).info()
-            except Exception:
-                names.add("<unreadable>")
-                continue
-            if info is not None and info.args:
-                names.add(str(info.args[0]))  # the job's class name (its arq function is the dispatch function)
+        names = {name or "<unreadable>" for name in await peek(redis, settings, queue, UNSERVED_JOBS_NAMED)}
         logger.error(
             "%d job(s) wait on %s (%s), but no module this worker loads uses that queue: their module is "
             "not listed in app/runtime.py (WORKER_MODULES), so no worker runs them. List the module there.",

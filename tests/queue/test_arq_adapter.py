@@ -1,7 +1,8 @@
 """The arq adapter against the installed arq: what it writes is what arq's own API reads and runs.
 
-``app/queue/arq_adapter.py`` is the one place that writes arq's keys (a job in
-one script call, a batch in one). If arq changes how it stores jobs, these
+``app/queue/arq_adapter.py`` is the one place that knows arq's keys: it writes
+jobs (a job in one script call, a batch in one), and reads a job's state, a
+queue's count and its first jobs. If arq changes how it stores jobs, these
 tests fail, naming the adapter, before production does.
 """
 
@@ -16,12 +17,21 @@ from arq.connections import ArqRedis
 from arq.constants import job_key_prefix
 from arq.jobs import Job as ArqJob
 from arq.jobs import JobStatus
+from arq.typing import WorkerCoroutine
 from arq.worker import Worker, func
 
-from app.core.resources import Resources
+from app.core.resources import JobOptions, Resources
 from app.queue import arq_adapter
-from app.queue.arq_adapter import CHECKED_ARQ_VERSION, DISPATCH_FUNCTION, version_mismatch
-from app.queue.arq_driver import make_arq_redis, queue_key
+from app.queue.arq_adapter import (
+    CHECKED_ARQ_VERSION,
+    DISPATCH_FUNCTION,
+    job_state,
+    peek,
+    queue_key,
+    queued_count,
+    version_mismatch,
+)
+from app.queue.arq_driver import make_arq_redis
 from app.queue.encoded import encode_job, encode_jobs, namespaced
 from app.queue.serialization import deserialize, serialize
 from tests.queue.sample_jobs import RecordData, RecordJob
@@ -79,7 +89,7 @@ async def test_a_job_the_adapter_wrote_is_read_back_by_arqs_own_job_api(resource
 async def test_the_adapter_writes_the_bytes_enqueue_job_writes(resources: Resources) -> None:
     """The same job through arq's ``enqueue_job`` and through the adapter: the same envelope, byte for byte."""
     settings = resources.settings
-    encoded = encode_job(settings, RecordJob, RecordData(key="bytes"), deduplication_id="via-adapter", delay=None)
+    encoded = encode_job(settings, RecordJob, RecordData(key="bytes"), JobOptions(deduplication_id="via-adapter"))
     redis: ArqRedis = resources.queue.redis  # type: ignore[attr-defined]
     await redis.enqueue_job(
         DISPATCH_FUNCTION,
@@ -113,9 +123,18 @@ async def test_a_batch_the_adapter_wrote_is_run_by_a_stock_worker(resources: Res
     queued = await resources.queue.enqueue_encoded(jobs, what="a batch")  # type: ignore[attr-defined]
     assert queued == [None, namespaced(settings, "b-2"), namespaced(settings, "b-3")]
 
+    await _run_stock_worker(resources, record)
+    assert sorted(ran) == [("RecordJob", key, 1) for key in ("first", "second", "third")]
+    for dedup in ("b-1", "b-2", "b-3"):
+        assert await _job(resources, dedup).status() == JobStatus.not_found  # done, and free again
+
+
+async def _run_stock_worker(resources: Resources, run: WorkerCoroutine) -> None:
+    """A stock arq Worker runs ``run`` for every job of the default queue, then stops (burst)."""
+    settings = resources.settings
     pool = make_arq_redis(settings.require_redis_url(), timeout=5)
     worker = Worker(
-        [func(record, name=DISPATCH_FUNCTION, keep_result=0)],
+        [func(run, name=DISPATCH_FUNCTION, keep_result=0)],
         queue_name=queue_key(settings, "default-queue"),
         redis_pool=pool,
         burst=True,
@@ -129,6 +148,78 @@ async def test_a_batch_the_adapter_wrote_is_run_by_a_stock_worker(resources: Res
         await asyncio.wait_for(worker.async_run(), 10)
     finally:
         await worker.close()
-    assert sorted(ran) == [("RecordJob", key, 1) for key in ("first", "second", "third")]
-    for dedup in ("b-1", "b-2", "b-3"):
-        assert await _job(resources, dedup).status() == JobStatus.not_found  # done, and free again
+
+
+async def _enqueue_with_arq(resources: Resources, name: str, dedup: str, **options: Any) -> None:
+    """A job queued by arq's own ``enqueue_job``, as the adapter names the queue."""
+    redis: ArqRedis = resources.queue.redis  # type: ignore[attr-defined]
+    await redis.enqueue_job(
+        DISPATCH_FUNCTION,
+        name,
+        {"key": dedup},
+        _job_id=namespaced(resources.settings, dedup),
+        _queue_name=queue_key(resources.settings, "default-queue"),
+        **options,
+    )
+
+
+async def test_the_queued_count_is_every_job_arq_holds_on_the_queue_until_a_stock_worker_runs_them(
+    resources: Resources,
+) -> None:
+    """Due and deferred, queued by the adapter or by arq itself: counted; run by a stock Worker: gone."""
+    redis, settings = resources.redis, resources.settings
+    assert await queued_count(redis, settings, "default-queue") == 0
+    await resources.queue.add(RecordJob, RecordData(key="now"), deduplication_id="count-now")
+    await resources.queue.add(
+        RecordJob, RecordData(key="later"), deduplication_id="count-later", delay=timedelta(seconds=1)
+    )
+    await _enqueue_with_arq(resources, "RecordJob", "count-arq")
+    assert await queued_count(redis, settings, "default-queue") == 3
+    assert await queued_count(redis, settings, "other-queue") == 0
+
+    ran: list[str] = []
+
+    async def record(ctx: dict[str, Any], name: str, data: Any, **_: Any) -> None:
+        ran.append(data["key"])
+
+    await _run_stock_worker(resources, record)  # a burst Worker stops once the queue is empty: after the second
+    assert sorted(ran) == ["count-arq", "later", "now"]
+    assert await queued_count(redis, settings, "default-queue") == 0
+
+
+async def test_peek_names_the_first_jobs_soonest_due_first_and_says_which_it_could_not_read(
+    resources: Resources,
+) -> None:
+    redis, settings = resources.redis, resources.settings
+    assert await peek(redis, settings, "default-queue", 10) == []
+    await resources.queue.add(RecordJob, RecordData(key="c"), deduplication_id="peek-last", delay=timedelta(hours=1))
+    await _enqueue_with_arq(resources, "SomeoneElsesJob", "peek-second", _defer_by=timedelta(minutes=30))
+    await resources.queue.add(RecordJob, RecordData(key="a"), deduplication_id="peek-first")
+    assert await peek(redis, settings, "default-queue", 10) == ["RecordJob", "SomeoneElsesJob", "RecordJob"]
+    assert await peek(redis, settings, "default-queue", 1) == ["RecordJob"]
+
+    await redis.delete(job_key_prefix + namespaced(settings, "peek-first"))  # gone since the queue was read
+    await redis.set(job_key_prefix + namespaced(settings, "peek-second"), b"not json")  # unreadable
+    assert await peek(redis, settings, "default-queue", 10) == [None, "RecordJob"]
+
+
+async def test_a_jobs_state_follows_it_through_a_stock_worker(resources: Resources) -> None:
+    """Queued, deferred, running while a stock Worker runs it, absent once it finished (no result is kept)."""
+    redis, settings = resources.queue.redis, resources.settings  # type: ignore[attr-defined]
+    running = namespaced(settings, "state-running")
+    await resources.queue.add(RecordJob, RecordData(key="running"), deduplication_id="state-running")
+    await resources.queue.add(
+        RecordJob, RecordData(key="later"), deduplication_id="state-later", delay=timedelta(seconds=1)
+    )
+    assert await job_state(redis, settings, running, "default-queue") == "queued"
+    assert await job_state(redis, settings, namespaced(settings, "state-later"), "default-queue") == "deferred"
+    assert await job_state(redis, settings, namespaced(settings, "never"), "default-queue") == "absent"
+
+    seen: list[str] = []
+
+    async def record(ctx: dict[str, Any], name: str, data: Any, **_: Any) -> None:
+        seen.append(await job_state(redis, settings, ctx["job_id"], "default-queue"))
+
+    await _run_stock_worker(resources, record)
+    assert seen == ["in_progress", "in_progress"]
+    assert await job_state(redis, settings, running, "default-queue") == "absent"

@@ -13,7 +13,8 @@ import pytest
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
-from app.queue.arq_driver import ArqQueue, queue_key
+from app.queue.arq_adapter import queue_key
+from app.queue.arq_driver import ArqQueue
 from app.queue.errors import PermanentError, QueueUnavailableError
 from app.queue.sync_driver import SyncQueue
 from app.runtime import open_resources

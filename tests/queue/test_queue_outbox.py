@@ -16,7 +16,8 @@ from sqlalchemy import select
 
 from app.core.resources import Resources
 from app.core.settings import load_settings
-from app.queue.arq_driver import ArqQueue, queue_key
+from app.queue.arq_adapter import queue_key
+from app.queue.arq_driver import ArqQueue
 from app.queue.encoded import EncodedJob
 from app.queue.models import JobOutbox
 from app.queue.outbox import OutboxRelayLoop, relay
