@@ -23,7 +23,7 @@ from app.core.metrics import JOB_DURATION, JOB_RUNS, child
 from app.core.sentry import ignore_logger, report_exception
 from app.queue.crons import run_cron_tick
 from app.queue.errors import PermanentError, RetryLater, RetryScheduled
-from app.queue.job import CronJob, CronTick, Job, JobContext
+from app.queue.job import UNLIMITED_RETRIES, CronJob, CronTick, Job, JobContext
 from app.queue.retry import retry_delay
 from app.queue.tries import waited_without_attempt
 
@@ -43,6 +43,8 @@ class JobTimeoutError(Exception):
 
 
 def _describe_tries(context: JobContext) -> str:
+    if context.retry_limit >= UNLIMITED_RETRIES:
+        return f"attempt {context.attempt}"
     return f"attempt {context.attempt} of {context.retry_limit + 1}"
 
 
