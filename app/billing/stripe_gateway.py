@@ -11,10 +11,11 @@ the same raw request path (:meth:`StripeGateway.thin_events_page`, paged by
 ``next_page_url`` as the SDK's own auto-paging does).
 
 Handlers never trust an event body, so every sync reads Stripe. This file owns
-the client (one per process: ``stripe.HTTPXClient`` binds to the event loop
-that first uses it, and is closed with the process's resources), the timeout
-of every call, the base URL (a stub in tests and demos), the ``stripe``
-upstream (``budget.STRIPE``: every call passes its rate, taking a slot from
+the client (``stripe.HTTPXClient`` binds to the event loop that first uses
+it: ``budget.stripe_gateway(resources)`` keeps one per process and closes it
+with the process's resources), the timeout of every call, the base URL (a
+stub in tests and demos), the calls through the ``stripe`` upstream it is
+given (``budget.STRIPE``: every call passes its rate, taking a slot from
 the sync's ``Turn`` when a sync makes it, and its gate: the outage hold and an
 operator's pause) and the mapping of Stripe's failures onto the queue's rules:
 a 429 pauses the budget for its ``Retry-After``, then a command's call is made
@@ -33,7 +34,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from app.billing.budget import MAX_WAIT_SECONDS, STRIPE, Turn
 from app.billing.stripe_objects import (
     Charge,
     CheckoutSession,
@@ -50,11 +50,10 @@ from app.billing.stripe_objects import (
 )
 from app.core.lazy_import import lazy_module
 from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
-from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.errors import RetryLater, error_for_http_status
 from app.queue.upstreams import UpstreamCalls
-from app.queue.upstreams.rate import RateBudget
+from app.queue.upstreams.rate import MAX_WAIT_SECONDS, Turn
 
 if TYPE_CHECKING:
     import stripe
@@ -298,22 +297,3 @@ class StripeGateway:
             f"Stripe answered reading {what}: {_said(exc)}.{hint}",
             retry_after=_retry_after(exc),
         )
-
-
-def stripe_budget(resources: Resources) -> RateBudget:
-    """The process's share of the fleet's Stripe API budget: the ``stripe`` upstream's rate (built on first use)."""
-    return STRIPE.of(resources).budget
-
-
-def stripe_gateway(resources: Resources) -> StripeGateway:
-    """The process's gateway, built on first use and closed with the resources (one HTTP client per process)."""
-    if not resources.settings.stripe_api_key:
-        # Retried, not permanent: once the key is deployed the waiting events heal by themselves.
-        raise RuntimeError("Cannot read billing state from Stripe: STRIPE_API_KEY is not set. Set it.")
-
-    def build() -> StripeGateway:
-        gateway = StripeGateway(resources.settings, STRIPE.of(resources))
-        resources.add_closer(gateway.close)
-        return gateway
-
-    return resources.shared(StripeGateway, build)

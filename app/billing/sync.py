@@ -55,11 +55,10 @@ from typing import Any
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.billing.budget import STRIPE, TURN_EARLY_SECONDS, BudgetShortfall, Turn
+from app.billing.budget import STRIPE, TURN_EARLY_SECONDS, BudgetShortfall, Turn, stripe_budget, stripe_gateway
 from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync, NewestEvent
-from app.billing.stripe_gateway import stripe_budget, stripe_gateway
 from app.core import tracing
 from app.core.journal import caused_by, event_cause
 from app.core.resources import Resources

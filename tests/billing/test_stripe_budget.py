@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.billing.budget import StripeBudget, TurnLater
-from app.billing.stripe_gateway import stripe_budget, stripe_gateway
+from app.billing.budget import StripeBudget, TurnLater, stripe_budget, stripe_gateway
 from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.testing.processes import free_port

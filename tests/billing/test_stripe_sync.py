@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, TurnLater
-from app.billing.stripe_gateway import stripe_budget
+from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, TurnLater, stripe_budget
 from app.billing.sync import StripeSyncData, SyncComesBack, run_sync
 from app.core.resources import Resources
 from app.identity.models import Workspace

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select, text
 
+from app.billing.budget import stripe_budget
 from app.billing.models import BillingSync
-from app.billing.stripe_gateway import stripe_budget
 from app.billing.sync import sync_job_id
 from app.core.resources import Resources
 from app.identity.models import Workspace
