@@ -1,12 +1,13 @@
 """The ``stripe`` upstream: its declaration (``STRIPE_API_RATE_LIMIT_PER_SECOND`` calls a second across the fleet),
 its budget, and the process's gateway that calls through it (``stripe_gateway(resources)``).
 
-The mechanism is the queue's (``app.queue.upstreams``): the rate, turns,
-admission at the moment of a call and the pause after a 429 (``rate.py``), the
-outage hold and the operator's pause (``gate.py``). What is Stripe's stays in
-billing: this declaration, the turns its syncs reserve per subject
-(``sync.py``) and the mapping of Stripe's answers (``stripe_gateway.py``). The
-budget's names are kept here for billing's code and tests.
+The mechanism is the queue's (``app.queue.upstreams``): the rate,
+reservations, admission at the moment of a call and the pause after a 429
+(``rate.py``), the outage hold and the operator's pause (``gate.py``). What is
+Stripe's stays in billing: this declaration, the slots its syncs reserve per
+subject (``sync.py``) and the mapping of Stripe's answers
+(``stripe_gateway.py``). The budget's names are kept here for billing's code
+and tests.
 """
 
 from __future__ import annotations
@@ -19,23 +20,23 @@ from app.queue.job import FromSetting
 from app.queue.upstreams import Upstream
 from app.queue.upstreams.rate import (
     MAX_WAIT_SECONDS,
-    TURN_EARLY_SECONDS,
+    RESERVATION_EARLY_SECONDS,
     BudgetExhaustedError,
     BudgetShortfall,
     RateBudget,
-    Turn,
-    TurnLater,
+    Reservation,
+    SlotLater,
 )
 
 __all__ = [
     "MAX_WAIT_SECONDS",
+    "RESERVATION_EARLY_SECONDS",
     "STRIPE",
-    "TURN_EARLY_SECONDS",
     "BudgetExhaustedError",
     "BudgetShortfall",
+    "Reservation",
+    "SlotLater",
     "StripeBudget",
-    "Turn",
-    "TurnLater",
     "stripe_budget",
     "stripe_gateway",
 ]

@@ -53,7 +53,7 @@ async def _retry(resources: Resources, event: EventRecord) -> Outcome:
     handling = find_handler(resources.modules, event.provider)
     if isinstance(handling, SyncedEvents) and event.sync_subject:  # its subject read now, not after a backoff
         await handling.sync(resources, event.sync_subject, event.received_at, event.request_id, now=True)
-        return Outcome(event, f"Queued {name}: {event.sync_subject} is read again at the next turn.")
+        return Outcome(event, f"Queued {name}: {event.sync_subject} is read again at the budget's next free slots.")
     if await _queue(resources, event):
         return Outcome(event, f"Queued {name}.")
     job_cls = processing_job(event.provider)

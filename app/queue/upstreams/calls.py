@@ -37,7 +37,7 @@ from app.core.sentry import report_message
 from app.core.tracing import traced_wait
 from app.queue.errors import HTTPStatusError, PermanentError, RetryLater
 from app.queue.upstreams.gate import GateStatus, Passage, Recorded, UpstreamGate
-from app.queue.upstreams.rate import RateBudget, Turn
+from app.queue.upstreams.rate import RateBudget, Reservation
 from app.queue.upstreams.waits import UpstreamBusy, UpstreamHeld, UpstreamPaused, UpstreamWait
 
 logger = logging.getLogger(__name__)
@@ -111,14 +111,14 @@ class UpstreamCalls:
         """Called, but listed by no loaded module (said once, at its first call)."""
 
     async def check(self, subject: str) -> None:
-        """Before a job takes anything (a turn, a lock): raises ``UpstreamHeld``/``UpstreamPaused`` to wait."""
+        """Before a job takes anything (a reservation, a lock): raises ``UpstreamHeld``/``UpstreamPaused`` to wait."""
         self._wait_if_told(await self.gate.check(subject), subject)
 
     @asynccontextmanager
-    async def call(self, subject: str, *, turn: Turn | None = None) -> AsyncIterator[Call]:
+    async def call(self, subject: str, *, reservation: Reservation | None = None) -> AsyncIterator[Call]:
         """One call about ``subject`` (a customer, an object, a recipient): see the module's docstring.
 
-        ``turn``: the caller's reserved calls (a Stripe sync, which checked the gate before taking it).
+        ``reservation``: the caller's reserved slots (a Stripe sync, which checked the gate before taking it).
         """
         if self.unlisted:
             self.unlisted = False
@@ -130,9 +130,9 @@ class UpstreamCalls:
         token = secrets.token_hex(8)
         started = time.monotonic()
         with traced_wait(f"{self.name} budget"):  # a span of its own (tracing on): where a slow job's time went
-            if turn is None:
+            if reservation is None:
                 await self.check(subject)
-            await (turn.call() if turn is not None else self.budget.acquire())
+            await (reservation.call() if reservation is not None else self.budget.acquire())
             await self.budget.admit()
             passage = await self._enter(subject, token)
             if passage.verdict == "probe" and self.health is not None:

@@ -12,7 +12,7 @@ from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.job import FromSetting
 from app.queue.upstreams.calls import Call, HealthCheck, UpstreamCalls
-from app.queue.upstreams.rate import Turn
+from app.queue.upstreams.rate import Reservation
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -68,10 +68,10 @@ class Upstream:
         return calls
 
     def call(
-        self, resources: Resources, subject: str, *, turn: Turn | None = None
+        self, resources: Resources, subject: str, *, reservation: Reservation | None = None
     ) -> AbstractAsyncContextManager[Call]:
         """``async with EMAIL.call(self.resources, subject=...)``: one call, through its rate, hold and pause."""
-        return self.of(resources).call(subject, turn=turn)
+        return self.of(resources).call(subject, reservation=reservation)
 
 
 def declared_upstreams(modules: Sequence[FeatureModule]) -> dict[str, Upstream]:
