@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-from app.core.module import FeatureModule
+from app.core.module import FeatureModule, loaded_modules
 from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.job import FromSetting
@@ -64,7 +64,7 @@ class Upstream:
                 timeout_seconds=self.timeout_seconds,
                 health=self.health,
             )
-            calls.unlisted = bool(resources.modules) and self.name not in registry.listed
+            calls.unlisted = bool(loaded_modules(resources)) and self.name not in registry.listed
         return calls
 
     def call(
@@ -91,4 +91,4 @@ class _Registry:
 
     def __init__(self, resources: Resources) -> None:
         self.calls: dict[str, UpstreamCalls] = {}
-        self.listed = set(declared_upstreams(resources.modules))
+        self.listed = set(declared_upstreams(loaded_modules(resources)))
