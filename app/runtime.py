@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.billing.module import MODULE as BILLING
 from app.clients.module import MODULE as CLIENTS
 from app.core.db import Base, Database
-from app.core.module import FeatureModule
+from app.core.module import FeatureModule, LoadedModules
 from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.core.settings import Settings
@@ -55,8 +55,8 @@ def open_resources(
         settings=settings,
         db=Database.from_settings(settings, pool_size=pool_size, statement_timeout_seconds=statement_timeout_seconds),
         redis=make_redis(settings.require_redis_url()),
-        modules=tuple(modules),
     )
+    resources.shared(LoadedModules, lambda: LoadedModules(modules))  # kept now: loaded_modules(resources) reads it
     if settings.message_queue_driver == "sync":
         jobs = JobRegistry.from_modules(modules).jobs
 

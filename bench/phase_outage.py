@@ -177,7 +177,7 @@ async def _idle_share(workers: list[psutil.Process], seconds: float) -> float:
 
 
 async def _arrivals_taken_in(run: Run, started: float, customers: int) -> float:
-    """When every event asked for its sync (the Stripe events' queue is empty) and every sync had its turn (one
+    """When every event asked for its sync (the Stripe events' queue is empty) and every sync had its reservation (one
     customer's read each at the budget's pace), a second's margin after (``perf_counter``)."""
     await run.wait_queue_empty(60 + customers, (str(QueueName.WEBHOOK_STRIPE),))
     await asyncio.sleep(max(0.0, started + customers / BUDGET_PER_SECOND + 1.0 - time.perf_counter()))

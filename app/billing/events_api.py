@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.billing.stripe_gateway import StripeGateway, stripe_gateway
+from app.billing.budget import stripe_gateway
+from app.billing.stripe_gateway import StripeGateway
 from app.core.resources import Resources
 from app.webhooks.event_source import ListedEvent
 

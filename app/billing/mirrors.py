@@ -15,7 +15,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.billing.budget import Turn
+from app.billing.budget import Reservation
 from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
 from app.billing.stripe_objects import MirroredObject, MirrorKind
@@ -25,19 +25,19 @@ logger = logging.getLogger(__name__)
 
 
 class MirrorService:
-    def __init__(self, session: AsyncSession, gateway: StripeGateway, turn: Turn | None = None) -> None:
+    def __init__(self, session: AsyncSession, gateway: StripeGateway, reservation: Reservation | None = None) -> None:
         self.session = session
         self.gateway = gateway
-        self.turn = turn
+        self.reservation = reservation
 
     async def sync_object(self, kind: MirrorKind, stripe_id: str, read_began: datetime) -> None:
         """Mirror a dispute, refund or fraud warning as Stripe has it now (two calls: it, then its charge)."""
-        obj = await self.gateway.mirrored(kind, stripe_id, self.turn)
+        obj = await self.gateway.mirrored(kind, stripe_id, self.reservation)
         await self._write(kind, [obj], obj.customer_id, read_began)
 
     async def sync_refunds_of_charge(self, charge_id: str, read_began: datetime) -> None:
         """Mirror every refund the charge has now: one call lists them with the charge's customer."""
-        refunded = await self.gateway.refunded_charge(charge_id, self.turn)
+        refunded = await self.gateway.refunded_charge(charge_id, self.reservation)
         await self._write("refund", refunded.refunds, refunded.charge.customer_id, read_began)
 
     async def _write(

@@ -63,7 +63,7 @@ class BillingSync(Base):
     # The generation whose read began (at ``read_began``) and has not written yet.
     in_flight_generation: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     read_began: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # When the pending generation's job is due (its turn, or the end of its backoff).
+    # When the pending generation's job is due (its reservation of the budget, or the end of its backoff).
     due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # Stripe calls its last sync made: a sync reserves that many turns of the API budget.
+    # Stripe calls its last sync made: a sync reserves that many slots of the API budget.
     calls: Mapped[int] = mapped_column(SmallInteger, nullable=False, server_default=text("1"), default=1)

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from app.billing.budget import stripe_gateway
 from app.billing.repository import BillingRepository
 from app.billing.services import billing_columns, paid_seats
-from app.billing.stripe_gateway import StripeGateway, stripe_gateway
+from app.billing.stripe_gateway import StripeGateway
 from app.core.redaction import SecretScrubber
 from app.core.resources import Resources
 from app.identity import billing_state

@@ -119,15 +119,15 @@ _CUSTOMER_HOLDING: dict[str, str] = {
 class WantedSync:
     generation: int
     new: bool
-    """A new generation (its turn must be reserved and its job queued), or a pending one long overdue (its job
+    """A new generation (its slots must be reserved and its job queued), or a pending one long overdue (its job
     was lost: queue it again)."""
     calls: int
-    """Stripe calls the subject's last sync made: the turn to reserve."""
+    """Stripe calls the subject's last sync made: the slots to reserve."""
 
 
 @dataclass(frozen=True)
 class SyncState:
-    """A subject's sync as operators see it: one waits for its turn (pending) or reads now (in flight)."""
+    """A subject's sync as operators see it: one waits for its reservation (pending) or reads now (in flight)."""
 
     subject: str
     generation: int
@@ -161,7 +161,7 @@ class BillingRepository:
         return WantedSync(row["generation"], row["new"], row["calls"])
 
     async def sync_due(self, subject: str, generation: int, in_seconds: float) -> None:
-        """When the new generation's job is due (its turn): a pending sync long past it has lost its job."""
+        """When the new generation's job is due (its reservation): a pending sync long past it has lost its job."""
         async with driver_connection(self.db) as connection:
             await connection.execute(_DUE, subject, generation, in_seconds)
 

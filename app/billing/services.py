@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.billing.budget import Turn
+from app.billing.budget import Reservation
 from app.billing.repository import BillingRepository
 from app.billing.stripe_gateway import StripeGateway
 from app.billing.stripe_objects import CustomerBilling, CustomerOfKind
@@ -82,7 +82,7 @@ NewestEvent = Callable[[], Awaitable[datetime | None]]
 
 
 class BillingService:
-    """One sync's work in ``session``'s transaction; ``turn``: its calls of the Stripe budget (None: commands').
+    """One sync's work in ``session``'s transaction; ``reservation``: its slots of the Stripe budget (None: commands').
 
     ``newest_event``: the sync's (None: a command's, which always reads). A customer whose workspace was written
     from a read that began after the latest of the sync's events arrived is not read again: that read covers them.
@@ -93,13 +93,13 @@ class BillingService:
         session: AsyncSession,
         gateway: StripeGateway,
         free_plan_member_limit: int,
-        turn: Turn | None = None,
+        reservation: Reservation | None = None,
         newest_event: NewestEvent | None = None,
     ) -> None:
         self.session = session
         self.gateway = gateway
         self.free_plan_member_limit = free_plan_member_limit
-        self.turn = turn
+        self.reservation = reservation
         self.newest_event = newest_event
 
     async def sync_customer(self, customer_id: str, read_began: datetime) -> BillingSync | None:
@@ -126,7 +126,7 @@ class BillingService:
     async def sync_customer_of(self, kind: CustomerOfKind, object_id: str, read_began: datetime) -> BillingSync | None:
         """Read the subscription or invoice for its customer (what a thin event left unknown), then sync that
         customer as :meth:`sync_customer` does."""
-        customer_id = await self.gateway.customer_of(kind, object_id, self.turn)
+        customer_id = await self.gateway.customer_of(kind, object_id, self.reservation)
         if customer_id is None:
             logger.info("Stripe %s %s has no customer: nothing to sync.", kind, object_id)
             return None
@@ -137,7 +137,7 @@ class BillingService:
 
         ``client_reference_id`` is the workspace's primary key or its Clerk organization id.
         """
-        checkout = await self.gateway.checkout_session(session_id, self.turn)
+        checkout = await self.gateway.checkout_session(session_id, self.reservation)
         if checkout.customer_id is None:
             logger.info("Checkout session %s has no customer: nothing to link or sync.", session_id)
             return None
@@ -149,7 +149,7 @@ class BillingService:
         return await self._read_and_write(workspace_id, checkout.customer_id, read_began)
 
     async def _read_and_write(self, workspace_id: int, customer_id: str, read_began: datetime) -> BillingSync:
-        billing = await self.gateway.customer_billing(customer_id, self.turn)
+        billing = await self.gateway.customer_billing(customer_id, self.reservation)
         if not await billing_state.write_billing(self.session, workspace_id, billing_columns(billing), read_began):
             logger.info("Workspace %s was written from a later read of Stripe meanwhile: kept.", workspace_id)
         return BillingSync(workspace_id, paid_seats(billing, self.free_plan_member_limit))

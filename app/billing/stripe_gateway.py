@@ -11,12 +11,13 @@ the same raw request path (:meth:`StripeGateway.thin_events_page`, paged by
 ``next_page_url`` as the SDK's own auto-paging does).
 
 Handlers never trust an event body, so every sync reads Stripe. This file owns
-the client (one per process: ``stripe.HTTPXClient`` binds to the event loop
-that first uses it, and is closed with the process's resources), the timeout
-of every call, the base URL (a stub in tests and demos), the ``stripe``
-upstream (``budget.STRIPE``: every call passes its rate, taking a slot from
-the sync's ``Turn`` when a sync makes it, and its gate: the outage hold and an
-operator's pause) and the mapping of Stripe's failures onto the queue's rules:
+the client (``stripe.HTTPXClient`` binds to the event loop that first uses
+it: ``budget.stripe_gateway(resources)`` keeps one per process and closes it
+with the process's resources), the timeout of every call, the base URL (a
+stub in tests and demos), the calls through the ``stripe`` upstream it is
+given (``budget.STRIPE``: every call passes its rate, taking a slot from
+the sync's ``Reservation`` when a sync makes it, and its gate: the outage
+hold and an operator's pause) and the mapping of Stripe's failures onto the queue's rules:
 a 429 pauses the budget for its ``Retry-After``, then a command's call is made
 again (a sync comes back after it: it holds its locks meanwhile); a 4xx other
 than 408/425/429 is permanent; anything else (5xx, timeouts, refused
@@ -33,7 +34,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from app.billing.budget import MAX_WAIT_SECONDS, STRIPE, Turn
 from app.billing.stripe_objects import (
     Charge,
     CheckoutSession,
@@ -50,11 +50,10 @@ from app.billing.stripe_objects import (
 )
 from app.core.lazy_import import lazy_module
 from app.core.metrics import STRIPE_BUDGET_WAIT, STRIPE_REQUESTS, child
-from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.errors import RetryLater, error_for_http_status
 from app.queue.upstreams import UpstreamCalls
-from app.queue.upstreams.rate import RateBudget
+from app.queue.upstreams.rate import MAX_WAIT_SECONDS, Reservation
 
 if TYPE_CHECKING:
     import stripe
@@ -117,16 +116,16 @@ class StripeGateway:
     async def close(self) -> None:
         await self._http.close_async()
 
-    async def customer_billing(self, customer_id: str, turn: Turn | None = None) -> CustomerBilling:
+    async def customer_billing(self, customer_id: str, reservation: Reservation | None = None) -> CustomerBilling:
         """One call when the customer has a current subscription (they come expanded), two when it has none.
 
-        ``turn``: the sync's reserved calls (else each call takes the first free slot).
+        ``reservation``: the sync's reserved slots (else each call takes the first free slot).
         """
         customer = await self._get(
             "customers.retrieve",
             f"customer {customer_id}",
             _path("customers", customer_id),
-            turn=turn,
+            reservation=reservation,
             expand=["subscriptions"],
         )
         if customer.get("deleted"):
@@ -136,33 +135,41 @@ class StripeGateway:
             # No current one: the newest of any state is shown (a cancellation stays visible).
             what = f"subscriptions of customer {customer_id}"
             everything: dict[str, Any] = {"customer": customer_id, "status": "all", "limit": _SUBSCRIPTION_PAGE}
-            listed = (await self._get("subscriptions.list", what, "/v1/subscriptions", turn=turn, **everything))["data"]
+            listed = (
+                await self._get("subscriptions.list", what, "/v1/subscriptions", reservation=reservation, **everything)
+            )["data"]
         newest_first = sorted(listed, key=lambda sub: sub.get("created") or 0, reverse=True)
         return CustomerBilling(customer_id, False, tuple(parse_subscription(sub) for sub in newest_first))
 
-    async def checkout_session(self, session_id: str, turn: Turn | None = None) -> CheckoutSession:
+    async def checkout_session(self, session_id: str, reservation: Reservation | None = None) -> CheckoutSession:
         what, path = f"checkout session {session_id}", _path("checkout/sessions", session_id)
-        session = await self._get("checkout.sessions.retrieve", what, path, turn=turn)
+        session = await self._get("checkout.sessions.retrieve", what, path, reservation=reservation)
         return CheckoutSession(
             id=session_id,
             customer_id=link_id(session.get("customer")),
             client_reference_id=session.get("client_reference_id") or None,
         )
 
-    async def refunded_charge(self, charge_id: str, turn: Turn | None = None) -> RefundedCharge:
+    async def refunded_charge(self, charge_id: str, reservation: Reservation | None = None) -> RefundedCharge:
         """The charge, with the refunds it has now as they are (one call: they come expanded)."""
         data = await self._get(
-            "charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), turn=turn, expand=["refunds"]
+            "charges.retrieve",
+            f"charge {charge_id}",
+            _path("charges", charge_id),
+            reservation=reservation,
+            expand=["refunds"],
         )
         charge = parse_charge(data)
         refunds = (data.get("refunds") or {}).get("data", [])
         return RefundedCharge(charge, tuple(self._mirror("refund", refund, charge) for refund in refunds))
 
-    async def mirrored(self, kind: MirrorKind, stripe_id: str, turn: Turn | None = None) -> MirroredObject:
+    async def mirrored(
+        self, kind: MirrorKind, stripe_id: str, reservation: Reservation | None = None
+    ) -> MirroredObject:
         """The object, then its charge: the charge says which customer (so which workspace) it concerns."""
         path = _path(_MIRROR_PATHS[kind], stripe_id)
-        obj = await self._get(f"{kind}s.retrieve", f"{kind} {stripe_id}", path, turn=turn)
-        return self._mirror(kind, obj, await self._charge_of(obj, turn))
+        obj = await self._get(f"{kind}s.retrieve", f"{kind} {stripe_id}", path, reservation=reservation)
+        return self._mirror(kind, obj, await self._charge_of(obj, reservation))
 
     @staticmethod
     def _mirror(kind: MirrorKind, obj: dict[str, Any], charge: Charge | None) -> MirroredObject:
@@ -226,39 +233,45 @@ class StripeGateway:
             raise RuntimeError(f"Stripe's thin event list named a next page outside it ({following!r}); retried.")
         return list(page["data"]), following
 
-    async def customer_of(self, kind: CustomerOfKind, object_id: str, turn: Turn | None = None) -> str | None:
+    async def customer_of(
+        self, kind: CustomerOfKind, object_id: str, reservation: Reservation | None = None
+    ) -> str | None:
         """The customer a subscription or an invoice belongs to (one call): all a thin event about it leaves to read.
 
         Read by its id through the budget, not by the SDK's ``fetch_related_object_async()`` (see the docstring).
         """
         path = _path(_CUSTOMER_OF_PATHS[kind], object_id)
-        return link_id((await self._get(f"{kind}s.retrieve", f"{kind} {object_id}", path, turn=turn)).get("customer"))
+        return link_id(
+            (await self._get(f"{kind}s.retrieve", f"{kind} {object_id}", path, reservation=reservation)).get("customer")
+        )
 
-    async def _charge_of(self, obj: dict[str, Any], turn: Turn | None) -> Charge | None:
+    async def _charge_of(self, obj: dict[str, Any], reservation: Reservation | None) -> Charge | None:
         charge_id = link_id(obj.get("charge"))
         if charge_id is None:
             return None
-        charge = await self._get("charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), turn=turn)
+        charge = await self._get(
+            "charges.retrieve", f"charge {charge_id}", _path("charges", charge_id), reservation=reservation
+        )
         return parse_charge(charge)
 
     async def _get(
-        self, operation: str, what: str, path: str, *, turn: Turn | None = None, **params: Any
+        self, operation: str, what: str, path: str, *, reservation: Reservation | None = None, **params: Any
     ) -> dict[str, Any]:
         """One GET through the ``stripe`` upstream, as the JSON Stripe sent.
 
         ``operation`` names the endpoint in the metrics (a fixed set); ``what`` names the object in messages,
-        and is the call's subject for the outage hold; ``turn``: the calling sync's reserved calls. A 429
+        and is the call's subject for the outage hold; ``reservation``: the calling sync's reserved slots. A 429
         pauses the budget; a sync's call is then retried by its job after the pause (``RetryLater``), a
         command's is waited out and made again. Stripe held or paused: ``UpstreamWait`` (the job comes back).
         """
         started = time.monotonic()
         while True:
             try:
-                async with self.upstream.call(what, turn=turn) as call:
+                async with self.upstream.call(what, reservation=reservation) as call:
                     STRIPE_BUDGET_WAIT.observe(call.waited)
                     return await self._request(operation, what, path, params)
             except _RateLimited as limited:
-                if turn is not None or time.monotonic() - started + limited.after_seconds > MAX_WAIT_SECONDS:
+                if reservation is not None or time.monotonic() - started + limited.after_seconds > MAX_WAIT_SECONDS:
                     raise RetryLater(str(limited), after_seconds=limited.after_seconds) from limited
                 logger.warning(
                     "Stripe answered 429 reading %s: every process waits %.1f s, then it is read again.",
@@ -298,22 +311,3 @@ class StripeGateway:
             f"Stripe answered reading {what}: {_said(exc)}.{hint}",
             retry_after=_retry_after(exc),
         )
-
-
-def stripe_budget(resources: Resources) -> RateBudget:
-    """The process's share of the fleet's Stripe API budget: the ``stripe`` upstream's rate (built on first use)."""
-    return STRIPE.of(resources).budget
-
-
-def stripe_gateway(resources: Resources) -> StripeGateway:
-    """The process's gateway, built on first use and closed with the resources (one HTTP client per process)."""
-    if not resources.settings.stripe_api_key:
-        # Retried, not permanent: once the key is deployed the waiting events heal by themselves.
-        raise RuntimeError("Cannot read billing state from Stripe: STRIPE_API_KEY is not set. Set it.")
-
-    def build() -> StripeGateway:
-        gateway = StripeGateway(resources.settings, STRIPE.of(resources))
-        resources.add_closer(gateway.close)
-        return gateway
-
-    return resources.shared(StripeGateway, build)

@@ -1,4 +1,4 @@
-"""Syncs: a Stripe read of one subject, run as its own job for its turn of the API budget, covering its events.
+"""Syncs: a Stripe read of one subject, run as its own job at its reservation of the API budget, covering its events.
 
 A Stripe event is never applied by its own job: that job asks for a sync of
 the event's subject (``customer:cus_...``, ``checkout:cs_...``,
@@ -11,11 +11,11 @@ The hand-off (``request_sync``, ``BillingRepository.want_sync``) happens in
 Postgres under the ``billing_sync`` row's lock, so no event is stranded: it is
 covered by a pending sync (one that begins its read later), by one in flight
 whose read began after it arrived, or it starts the next generation. A new
-generation reserves its turn of the budget (``RateBudget.reserve``) and its
-job is queued for that time on the Stripe sync queue: while it waits it holds
+generation reserves slots of the budget (``RateBudget.reserve``) and its
+job is queued for their time on the Stripe sync queue: while it waits it holds
 no worker slot, no transaction and no lock. Generations of one subject follow
 each other, so at most one sync of a subject is in flight (save a sync whose
-turn comes while the one before it still writes: it waits for that one's
+reservation comes while the one before it still writes: it waits for that one's
 lock).
 
 An event whose customer was read after it arrived costs no read, across
@@ -37,8 +37,8 @@ A sync that fails:
   ``WEBHOOK_ABANDON_AFTER_ATTEMPTS``), and it comes back after the backoff of
   the webhook events' retries (``WEBHOOK_RETRY_LIMIT`` tries a round; then the
   recovery cron queues the events again);
-- told to wait (a 429, its turn not near, more calls needed than its turn
-  held): no attempt counted; it comes back for its turn;
+- told to wait (a 429, its reservation not near, more calls needed than its
+  reservation held): no attempt counted; it comes back for its reservation;
 - Stripe held after an outage (``UPSTREAM_HOLD_AFTER_SUBJECTS`` subjects
   failed in a row; the failure that made it held is one of them) or paused by
   an operator: no attempt counted, nothing sent to Sentry; it comes back when
@@ -55,11 +55,17 @@ from typing import Any
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.billing.budget import STRIPE, TURN_EARLY_SECONDS, BudgetShortfall, Turn
+from app.billing.budget import (
+    RESERVATION_EARLY_SECONDS,
+    STRIPE,
+    BudgetShortfall,
+    Reservation,
+    stripe_budget,
+    stripe_gateway,
+)
 from app.billing.mirrors import MirrorService
 from app.billing.repository import BillingRepository, WantedSync
 from app.billing.services import BillingService, BillingSync, NewestEvent
-from app.billing.stripe_gateway import stripe_budget, stripe_gateway
 from app.core import tracing
 from app.core.journal import caused_by, event_cause
 from app.core.resources import Resources
@@ -107,10 +113,10 @@ class SyncComesBack(RetryLater):
 
 
 class StripeSyncJob(Job[StripeSyncData]):
-    """Reads one subject from Stripe at its turn of the budget and covers the events that asked for it."""
+    """Reads one subject from Stripe at its reservation of the budget and covers the events that asked for it."""
 
     queue = QueueName.STRIPE_SYNC
-    fair = False  # queued for its turn of the budget, not its tenant's turn
+    fair = False  # queued for its reservation of the budget, not by its tenant's turn
     # Its deferrals and its retries are scheduled by the sync itself; the events' rows count the tries.
     retry_limit = UNLIMITED_RETRIES
     timeout_seconds = FromSetting("webhook_job_timeout_seconds")
@@ -124,7 +130,8 @@ async def request_sync(
 ) -> None:
     """An event that arrived at ``received_at`` asks for a sync of ``subject`` (``SyncedEvents.sync``).
 
-    ``now``: an operator's retry: a new generation at the next turn, superseding one waiting out its backoff.
+    ``now``: an operator's retry: a new generation at the budget's next free slots, superseding one waiting out
+    its backoff.
     """
     repo = BillingRepository(resources.db)
     calls = CALLS.get(subject.partition(":")[0], 1)
@@ -138,7 +145,7 @@ async def request_sync(
     if wanted.new:
         wait = await stripe_budget(resources).reserve(subject, wanted.calls)
         await repo.sync_due(subject, wanted.generation, wait)
-        delay = timedelta(seconds=max(wait - TURN_EARLY_SECONDS, 0.0))
+        delay = timedelta(seconds=max(wait - RESERVATION_EARLY_SECONDS, 0.0))
     queued = await resources.queue.add(
         StripeSyncJob,
         StripeSyncData(subject, wanted.generation, wanted.calls),
@@ -162,14 +169,15 @@ async def run_sync(resources: Resources, data: StripeSyncData) -> None:
     tracing.annotate({"billing.sync_subject": subject})  # and a link to each event it covers (coverage)
     # Stripe held or paused: back when it may call, holding nothing (its job waiting is not lost: request_sync).
     await STRIPE.of(resources).check(subject)
-    turn = await stripe_budget(resources).take(subject, data.calls)  # TurnLater: back for the turn, holding nothing
-    sync, repo = _Sync(resources, subject, generation, turn), BillingRepository(resources.db)
+    # SlotLater: back for its reservation, holding nothing
+    reservation = await stripe_budget(resources).take(subject, data.calls)
+    sync, repo = _Sync(resources, subject, generation, reservation), BillingRepository(resources.db)
     try:
         processed = await sync.run()
     except BudgetShortfall as short:
         wait = await stripe_budget(resources).reserve(subject, short.calls_made + 1)
         await repo.release_sync(subject, generation, again=True, calls=short.calls_made + 1, due_in=wait)
-        raise SyncComesBack(f"{short}: back for a turn of {short.calls_made + 1}", after_seconds=wait) from short
+        raise SyncComesBack(f"{short}: back for a reservation of {short.calls_made + 1}", after_seconds=wait) from short
     except RetryLater as later:  # Stripe answered 429, or another run of it reads: not a failure of the events
         if sync.read_began is not None:
             await repo.release_sync(subject, generation, again=True, due_in=later.after_seconds)
@@ -192,8 +200,8 @@ async def run_sync(resources: Resources, data: StripeSyncData) -> None:
 class _Sync:
     """One run of a sync: under its subject's lock, claim the generation, read, write, cover, commit."""
 
-    def __init__(self, resources: Resources, subject: str, generation: int, turn: Turn) -> None:
-        self.resources, self.subject, self.generation, self.turn = resources, subject, generation, turn
+    def __init__(self, resources: Resources, subject: str, generation: int, reservation: Reservation) -> None:
+        self.resources, self.subject, self.generation, self.reservation = resources, subject, generation, reservation
         self.read_began: datetime | None = None
 
     async def run(self) -> coverage.Processed | None:
@@ -225,8 +233,8 @@ class _Sync:
 
             with caused_by(event_cause(covered.newest)):  # what the journal names as the cause of its writes
                 cause = sync_cause(subject, generation)
-                await read_and_write(resources, session, subject, read_began, self.turn, cause, newest_event)
-                await BillingRepository.sync_done(session, subject, generation, max(self.turn.made, 1))
+                await read_and_write(resources, session, subject, read_began, self.reservation, cause, newest_event)
+                await BillingRepository.sync_done(session, subject, generation, max(self.reservation.made, 1))
                 processed = await coverage.mark_covered(session, subject, claim.read_began)
                 await session.commit()
         await _relay(resources, session, subject)
@@ -243,7 +251,7 @@ async def read_and_write(
     session: AsyncSession,
     subject: str,
     read_began: datetime,
-    turn: Turn | None,
+    reservation: Reservation | None,
     cause: str,
     newest_event: NewestEvent | None = None,
 ) -> None:
@@ -251,11 +259,11 @@ async def read_and_write(
 
     Without the sync's bookkeeping (its ``billing_sync`` row, the events it
     covers): the sync adds those, a dry run (:func:`preview_sync`) does not.
-    ``turn``: the sync's turn of the budget (None: each call waits for a slot,
+    ``reservation``: the sync's reserved slots (None: each call waits for a slot,
     as a command's). ``cause``: the run that stages a member-limit job.
     ``newest_event``: the sync's (``BillingService``; None: always read).
     """
-    synced = await _read(resources, session, subject, read_began, turn, newest_event)
+    synced = await _read(resources, session, subject, read_began, reservation, newest_event)
     if synced is not None:  # identity owns seats: it re-seats the members after the commit
         await set_member_limit(session, resources.queue, synced.workspace_id, synced.paid_seats, cause=cause)
 
@@ -265,14 +273,14 @@ async def _read(
     session: AsyncSession,
     subject: str,
     read_began: datetime,
-    turn: Turn | None,
+    reservation: Reservation | None,
     newest_event: NewestEvent | None,
 ) -> BillingSync | None:
     """Read the subject and write it; the workspace synced, if any."""
     kind, _, object_id = subject.partition(":")
     gateway = stripe_gateway(resources)
-    billing = BillingService(session, gateway, resources.settings.free_plan_member_limit, turn, newest_event)
-    mirrors = MirrorService(session, gateway, turn)
+    billing = BillingService(session, gateway, resources.settings.free_plan_member_limit, reservation, newest_event)
+    mirrors = MirrorService(session, gateway, reservation)
     if kind == "customer":
         return await billing.sync_customer(object_id, read_began)
     if kind in ("subscription", "invoice"):

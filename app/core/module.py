@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import click
 
 from app.core.db import Base
+from app.core.resources import Resources
 from app.core.settings import Settings
 
 if TYPE_CHECKING:  # the API's types: the worker loads these modules too, and no Litestar
     from litestar.datastructures import State
     from litestar.di import Provide
     from litestar.types import ControllerRouterHandler
-
-    from app.core.resources import Resources
 
 T = TypeVar("T")
 
@@ -69,7 +68,7 @@ class UpstreamDeclaration(Protocol):
 WebhookHandler = Callable[[Any], Awaitable[None]]
 """Runs one inbox event, given its ``app.webhooks.handlers.WebhookContext`` (an ``EventRoutes``, or a function)."""
 
-Retention = Callable[["Resources", datetime], Awaitable[int]]
+Retention = Callable[[Resources, datetime], Awaitable[int]]
 """``delete(resources, now)``: the module's own rows past their retention deleted in batches; how many."""
 
 
@@ -129,6 +128,16 @@ class FeatureModule:
         if isinstance(self.api, str):
             return import_object(self.api, ApiPart, f"module {self.name!r}: api")
         return self.api or NO_API
+
+
+class LoadedModules(tuple[FeatureModule, ...]):
+    """The feature modules a process runs (whose jobs, webhook handlers and upstreams it knows), kept in its
+    ``Resources`` by the composition root (``app.runtime.open_resources``)."""
+
+
+def loaded_modules(resources: Resources) -> tuple[FeatureModule, ...]:
+    """The feature modules this process runs; none when it was given none."""
+    return resources.shared(LoadedModules, LoadedModules)
 
 
 def import_object(path: str, kind: type[T], what: str) -> T:

@@ -20,7 +20,6 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database
-from app.core.module import FeatureModule
 from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.settings import Settings
 from app.core.tracing import CURRENT_TRACE, JobTraceContext
@@ -140,19 +139,19 @@ class MessageQueue(ABC):
 class Resources:
     """A process's connections, and the per-process clients its modules build.
 
-    ``modules``: the feature modules loaded in this process (whose jobs and
-    webhook handlers it can run). A plain class, not a dataclass: Litestar
-    injects it into routes and providers as it is (a dataclass would be
-    validated field by field, the settings included, on every request).
+    The feature modules loaded in this process are one of those, kept by the
+    composition root (``app.core.module.loaded_modules``). A plain class, not a
+    dataclass: Litestar injects it into routes and providers as it is (a
+    dataclass would be validated field by field, the settings included, on
+    every request).
     """
 
     queue: MessageQueue
 
-    def __init__(self, settings: Settings, db: Database, redis: Redis, modules: Sequence[FeatureModule] = ()) -> None:
+    def __init__(self, settings: Settings, db: Database, redis: Redis) -> None:
         self.settings = settings
         self.db = db
         self.redis = redis
-        self.modules = tuple(modules)
         self._shared: dict[type[Any], Any] = {}
         self._closers: list[Callable[[], Awaitable[None]]] = []
 

@@ -229,7 +229,7 @@ async def _waiting(resources: Resources, workspace: WorkspaceSummary, keys: list
         read = f"Stripe read of {subject} in progress since {sync.read_began:%Y-%m-%d %H:%M:%S} UTC"
     elif sync.pending:
         due = f", due {sync.due_at:%Y-%m-%d %H:%M:%S} UTC" if sync.due_at else ""
-        read = f"Stripe read of {subject} waiting for its turn of the API budget{due}"
+        read = f"Stripe read of {subject} waiting for its reservation of the API budget{due}"
     job_id = member_limit_job_id(workspace.id, sync_cause(subject, sync.generation))
     name = ApplyWorkspaceMemberLimitJob.name()
     try:

@@ -11,7 +11,7 @@ class PermanentError(Exception):
 
 
 class RetryLater(Exception):
-    """Run again after a delay: the remote side asked for it (HTTP 429 ``Retry-After``), or the job's turn is later.
+    """Run again after a delay: the remote side asked for it (HTTP 429 ``Retry-After``), or its budget slot is later.
 
     It is a try like any other (arq counts it); a job that defers itself often
     sets a ``retry_limit`` to match. Not reported to Sentry: it is not a fault.
@@ -20,7 +20,7 @@ class RetryLater(Exception):
     log_level: ClassVar[int] = logging.WARNING
     """How the deferral is logged: a subclass that is routine (not a sign of trouble) logs it at info."""
     spends_attempt: ClassVar[bool] = True
-    """False for a wait that is no try at all (an upstream held or paused, a turn of its budget later): the
+    """False for a wait that is no try at all (an upstream held or paused, its slot of the budget later): the
     worker gives the try back, so a job may wait any number of times without nearing its ``retry_limit``."""
 
     def __init__(self, message: str, *, after_seconds: float) -> None:

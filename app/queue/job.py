@@ -91,7 +91,7 @@ class Job(Generic[DataT]):
     """The field of the job's data that says whose work it is (a workspace id...): tenants are served in turn."""
     fair: ClassVar[bool] = True
     """False: a job asked for now is placed by the time it was asked for, not its tenant's turn (the Stripe
-    syncs, each queued for its turn of the API budget)."""
+    syncs, each queued for its reservation of the API budget)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

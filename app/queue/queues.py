@@ -23,7 +23,7 @@ class QueueName(StrEnum):
     WEBHOOK_STRIPE = "webhook-stripe-queue"
     WEBHOOK_CLERK = "webhook-clerk-queue"
     STRIPE_SYNC = "stripe-sync-queue"
-    """Reads of Stripe, each queued for its turn of the fleet's API budget."""
+    """Reads of Stripe, each queued for its reservation of the fleet's API budget."""
     CRON = "cron-queue"
 
 
@@ -33,7 +33,7 @@ WEBHOOK_QUEUES = frozenset({QueueName.WEBHOOK, QueueName.WEBHOOK_STRIPE, QueueNa
 RELAXED_POLL_SECONDS = 0.1
 """Every other queue is polled at most this often: each poll costs CPU and a Redis call even when idle (eight queues
 at 0.01 s cost an idle worker about 3% of a core); a background job, a cron tick or a Stripe sync (queued 0.2 s
-before its turn) does not need a job started within 10 ms."""
+before its reservation) does not need a job started within 10 ms."""
 
 
 def queue_names(modules: Iterable[FeatureModule]) -> list[str]:

@@ -19,6 +19,7 @@ import httpx
 
 from app.core.commands import plural
 from app.core.db import Database
+from app.core.module import loaded_modules
 from app.core.resources import Resources
 from app.testing.deliveries import Delivery
 from app.webhooks.handlers import stored_keys
@@ -135,7 +136,7 @@ async def process_delivery(resources: Resources, delivery: Delivery, *, provider
     provider = provider or provider_of(delivery)
     event = VerifiedEvent.of(delivery.event_id, delivery.event_type, decode_payload(delivery.body), delivery.body)
     text = encode_for_inbox(event.payload, delivery.body, nul_replaced=event.nul_replaced)
-    keys = await stored_keys(resources.modules, provider)(resources, event.event_type, event.payload)
+    keys = await stored_keys(loaded_modules(resources), provider)(resources, event.event_type, event.payload)
     stored = await Inbox(resources.db).store(
         provider, event.event_id, event.event_type, text, tenant_key=keys.tenant, sync_subject=keys.subject
     )

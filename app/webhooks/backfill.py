@@ -22,7 +22,7 @@ import msgspec
 
 from app.core.commands import parse_duration, plural
 from app.core.metrics import EVENTS_BACKFILLED, child
-from app.core.module import FeatureModule
+from app.core.module import FeatureModule, loaded_modules
 from app.core.resources import Resources
 from app.core.sentry import report_message
 from app.core.tracing import current_trace_context
@@ -81,7 +81,7 @@ async def backfill(
 ) -> BackfillReport:
     """Store the listed events the inbox lacks; alert once if any were missing (never on a dry run)."""
     report, inbox = BackfillReport(source.label, dry_run), Inbox(resources.db)
-    keys = stored_keys(resources.modules, provider)
+    keys = stored_keys(loaded_modules(resources), provider)
     async for page in source.pages(resources, since, until):
         missing = await inbox.missing(provider, [event.event_id for event in page])
         report.already += len(page) - len(missing)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from app.core.commands import plural
+from app.core.module import loaded_modules
 from app.queue.errors import PermanentError
 from app.queue.job import CronJob, CronTick, FromSetting, Job
 from app.queue.queues import QueueName
@@ -58,7 +59,7 @@ class WebhookBackfillCronJob(CronJob):
         # Younger events may still be on their way (a delivery takes seconds): the next run looks at them.
         until = data.slot - timedelta(seconds=settings.webhook_backfill_grace_seconds)
         since = until - timedelta(hours=settings.webhook_backfill_lookback_hours)
-        for provider, source in event_sources(self.resources.modules).items():
+        for provider, source in event_sources(loaded_modules(self.resources)).items():
             if provider == "stripe" and not settings.stripe_enabled:
                 continue
             report = await backfill(self.resources, provider, source, since, until)
@@ -78,7 +79,7 @@ class WebhookBackfillJob(Job[BackfillWindow]):
     timeout_seconds = 3600
 
     async def handle(self, data: BackfillWindow) -> None:
-        source = event_sources(self.resources.modules).get(data.provider)
+        source = event_sources(loaded_modules(self.resources)).get(data.provider)
         if source is None:
             raise PermanentError(f"No backfill for {data.provider!r}: its module offers no list of events.")
         report = await backfill(self.resources, data.provider, source, data.since, data.until)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.core import tracing
+from app.core.module import loaded_modules
 from app.core.resources import Resources
 from app.webhooks.alerts import alert_set_aside
 from app.webhooks.inbox import InboxUpkeep
@@ -93,7 +94,9 @@ async def delete_past_retention(resources: Resources, now: datetime | None = Non
     """What each loaded module keeps for a time (``MODULE.retention``), deleted past it: what -> how many rows."""
     now = now or datetime.now(UTC)
     return {
-        what: await delete(resources, now) for module in resources.modules for what, delete in module.retention.items()
+        what: await delete(resources, now)
+        for module in loaded_modules(resources)
+        for what, delete in module.retention.items()
     }
 
 

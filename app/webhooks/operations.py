@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.core import tracing
 from app.core.commands import plural
+from app.core.module import loaded_modules
 from app.core.resources import Resources
 from app.webhooks.handlers import SyncedEvents, find_handler
 from app.webhooks.inbox import EventRecord, Inbox, InboxUpkeep
@@ -50,10 +51,10 @@ async def _retry(resources: Resources, event: EventRecord) -> Outcome:
     if event.abandoned_at is not None:
         await reopen_abandoned(resources, event.id)
         return Outcome(event, f"Reopened and queued {name}.")
-    handling = find_handler(resources.modules, event.provider)
+    handling = find_handler(loaded_modules(resources), event.provider)
     if isinstance(handling, SyncedEvents) and event.sync_subject:  # its subject read now, not after a backoff
         await handling.sync(resources, event.sync_subject, event.received_at, event.request_id, now=True)
-        return Outcome(event, f"Queued {name}: {event.sync_subject} is read again at the next turn.")
+        return Outcome(event, f"Queued {name}: {event.sync_subject} is read again at the budget's next free slots.")
     if await _queue(resources, event):
         return Outcome(event, f"Queued {name}.")
     job_cls = processing_job(event.provider)

@@ -29,6 +29,7 @@ from typing import Any
 
 from app.core.commands import plural
 from app.core.journal import JournalEntry, caused_by, event_cause, previewing
+from app.core.module import loaded_modules
 from app.core.redaction import SecretScrubber
 from app.core.resources import Resources
 from app.queue.outbox import staged_in
@@ -121,7 +122,7 @@ async def preview_replay(resources: Resources, identifier: str, provider: str | 
     event = await Inbox(resources.db).get(found.id)
     if event is None:
         raise OperatorError(f"No webhook event with row id or event id {identifier!r}.")
-    handling = find_handler(resources.modules, event.provider)
+    handling = find_handler(loaded_modules(resources), event.provider)
     if handling is None:
         raise OperatorError(
             f"No module this process loads handles {event.provider} events: list the module that owns them "

@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.core import tracing
 from app.core.journal import caused_by, event_cause
 from app.core.metrics import ATTEMPTS_FAILED, EVENTS_PROCESSED, PIPELINE_SECONDS, child
+from app.core.module import loaded_modules
 from app.core.request_context import bound_request_id
 from app.core.resources import Resources
 from app.queue.errors import PermanentError, RetryLater
@@ -71,7 +72,7 @@ async def process_event(resources: Resources, row_id: int, provider: str | None 
     if provider is None:
         peeked = await InboxCoverage(resources.db).peek(row_id)
         provider = peeked.provider if peeked is not None else ""
-    handling = find_handler(resources.modules, provider)
+    handling = find_handler(loaded_modules(resources), provider)
     if isinstance(handling, SyncedEvents) and await _ask_for_sync(resources, handling, row_id):
         return
     async with resources.db.engine.connect() as connection:
@@ -142,7 +143,7 @@ class _Attempt:
             raise
 
     async def _handle(self, event: WebhookEvent) -> None:
-        handler = find_handler(self.resources.modules, event.provider)
+        handler = find_handler(loaded_modules(self.resources), event.provider)
         if handler is None:
             raise PermanentError(
                 f"No handler for {event.provider!r} webhook events in the loaded modules: "

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from litestar.types import ControllerRouterHandler
 from redis.asyncio import Redis
 
-from app.core.module import ApiPart
+from app.core.module import ApiPart, loaded_modules
 from app.core.rate_limit import SlidingWindowRateLimiter
 from app.core.redis import make_redis
 from app.core.resources import Resources
@@ -45,11 +45,11 @@ def intake_api(providers: Sequence[WebhookProvider]) -> ApiPart:
             verifier = provider.build_verifier(settings)
             if verifier is None:
                 continue
-            handles = handled_types(resources.modules, provider.name)
+            handles = handled_types(loaded_modules(resources), provider.name)
             verifier = checking_handled(verifier, handles, provider.check_handled_body)
             guard_class = provider.guard or WebhookSignatureGuard
             guard = guard_class(provider.name, verifier, trusted_proxies=settings.trusted_proxies, refusals=refusals)
-            keys = stored_keys(resources.modules, provider.name)
+            keys = stored_keys(loaded_modules(resources), provider.name)
             intake = WebhookIntake(provider, handles, keys, limiter, refusals, resources)
             handlers.append(webhook_route(intake, guard, settings.webhook_max_body_bytes))
         return handlers

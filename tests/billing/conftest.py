@@ -108,7 +108,7 @@ async def event_try(resources: Resources, row_id: int) -> Exception | None:
 
 
 async def comes_back(resources: Resources, subject: str) -> Exception | None:
-    """What a worker does when a sync's job comes back (its turn, or the end of its backoff): runs it again.
+    """What a worker does when a sync's job comes back (its reservation, or the end of its backoff): runs it again.
 
     Returns None when the sync ended, else what it raised (it would come back again).
     """

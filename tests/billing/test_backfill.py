@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.core.module import loaded_modules
 from app.core.sentry import flush_sentry, init_sentry
 from app.core.settings import load_settings
 from app.queue.cli import run_cron_now
@@ -52,7 +53,7 @@ async def test_backfill_stores_exactly_the_missing_events_once_and_alerts_once(
         inbox = Inbox(resources.db)
         for event in delivered:
             await inbox.store("stripe", str(event["id"]), str(event["type"]), '{"id": "x", "type": "y"}')
-        source = event_sources(resources.modules)["stripe"]
+        source = event_sources(loaded_modules(resources))["stripe"]
 
         dry = await backfill(resources, "stripe", source, *window(), dry_run=True)
         assert dry.summary() == "Would backfill 3 Stripe events (2 already in the inbox)."
@@ -112,7 +113,7 @@ async def test_backfill_pages_through_every_event_of_every_handled_type(
     types = ["customer.subscription.updated", "radar.early_fraud_warning.updated", "refund.failed"]
     for n in range(240):
         listed(stripe_stub, types[n % 3], 60 + n)
-    source = event_sources(resources.modules)["stripe"]
+    source = event_sources(loaded_modules(resources))["stripe"]
     report = await backfill(resources, "stripe", source, *window())
     assert (report.stored, report.already) == (240, 0)
     paths = [path for _, path in stripe_stub.requests]
@@ -160,7 +161,7 @@ async def test_with_thin_payloads_the_backfill_stores_exactly_the_missing_thin_e
     inbox = Inbox(resources.db)
     for event in delivered:
         await inbox.store("stripe", str(event["id"]), str(event["type"]), '{"id": "x", "type": "y"}')
-    source = event_sources(resources.modules)["stripe"]
+    source = event_sources(loaded_modules(resources))["stripe"]
 
     snapshot_alone = await backfill(resources, "stripe", source, *window())
     assert snapshot_alone.summary() == "Backfilled 1 Stripe event (0 already in the inbox)."
@@ -199,7 +200,7 @@ async def test_the_thin_backfill_follows_every_next_page_url(
     types = ["v1.customer.subscription.updated", "v1.radar.early_fraud_warning.updated", "v1.refund.failed"]
     for n in range(240):
         listed_thin(stripe_stub, types[n % 3], 60 + n, f"obj_{n}")
-    source = event_sources(resources.modules)["stripe"]
+    source = event_sources(loaded_modules(resources))["stripe"]
     report = await backfill(resources, "stripe", source, *window())
     assert (report.stored, report.already) == (240, 0)
     paths = [path for _, path in stripe_stub.requests]

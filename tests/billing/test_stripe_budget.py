@@ -1,4 +1,4 @@
-"""One Stripe API budget for the fleet, turns reserved for syncs, and reads coalesced per subject."""
+"""One Stripe API budget for the fleet, slots reserved for syncs, and reads coalesced per subject."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.billing.budget import StripeBudget, TurnLater
-from app.billing.stripe_gateway import stripe_budget, stripe_gateway
+from app.billing.budget import SlotLater, StripeBudget, stripe_budget, stripe_gateway
 from app.core.redis import make_redis
 from app.core.resources import Resources
 from app.testing.processes import free_port
@@ -118,23 +117,23 @@ async def test_an_event_sent_during_a_read_is_read_again(
     assert (await workspace_row(first, linked_workspace.id)).member_limit == 9  # type: ignore[attr-defined]
 
 
-async def test_a_sync_is_queued_for_its_turn_and_the_customer_s_other_events_take_no_turn_of_their_own(
+async def test_a_sync_is_queued_for_its_reservation_and_the_customer_s_other_events_reserve_none_of_their_own(
     open_resources: OpenResources, stripe_stub: StripeStub, linked_workspace: object, webhook_secrets: dict[str, str]
 ) -> None:
-    """The next turn is a second away: the first event's sync reserves it and is sent away until then (it holds
+    """The next free slot is a second away: the first event's sync reserves it and is sent away until then (it holds
     no slot, transaction or lock meanwhile); the customer's second event finds that sync pending and reserves
-    nothing. Back at its turn, the sync reads once and covers both."""
+    nothing. Back at its reservation, the sync reads once and covers both."""
     worker = await open_resources(STRIPE_API_RATE_LIMIT_PER_SECOND="1")
     stripe_stub.put_subscription("cus_linked", id="sub_1", quantity=5)
     budget = stripe_budget(worker)
-    await budget.acquire()  # another caller's turn: the next one is a second from now
+    await budget.acquire()  # another caller's slot: the next one is a second from now
     secret = webhook_secrets["stripe"]
     first, second = [await store(worker, subscription_delivery(secret, "cus_linked", id="sub_1")) for _ in range(2)]
 
     sent_away = await event_try(worker, first)
-    assert isinstance(sent_away, TurnLater) and 0.5 < sent_away.after_seconds < 1.0  # just before its turn
+    assert isinstance(sent_away, SlotLater) and 0.5 < sent_away.after_seconds < 1.0  # just before its reservation
     assert await event_try(worker, second) is None  # covered by the pending sync
-    assert await budget.redis.zcard(budget.log_key) == 2  # the other caller's turn and the sync's, no third
+    assert await budget.redis.zcard(budget.log_key) == 2  # the other caller's slot and the sync's, no third
     assert stripe_stub.requests == []
 
     await asyncio.sleep(sent_away.after_seconds)
@@ -147,11 +146,11 @@ async def test_a_sync_is_queued_for_its_turn_and_the_customer_s_other_events_tak
     assert (await workspace_row(worker, linked_workspace.id)).member_limit == 5  # type: ignore[attr-defined]
 
 
-async def test_callers_waiting_for_the_budget_are_given_their_turns_and_never_exceed_it(
+async def test_callers_waiting_for_the_budget_are_given_their_slots_and_never_exceed_it(
     redis_url: str, redis_namespace: str
 ) -> None:
-    """Two processes' budgets, 30 callers at once, 10 per second: each caller reserves its turn once (no
-    caller asks Redis again and again while it waits), turns 0.1 s apart, never more than 10 in any second."""
+    """Two processes' budgets, 30 callers at once, 10 per second: each caller reserves its slot once (no
+    caller asks Redis again and again while it waits), slots 0.1 s apart, never more than 10 in any second."""
     budgets = [StripeBudget(make_redis(redis_url), per_second=10, namespace=redis_namespace) for _ in range(2)]
     asked = 0
     calls: list[float] = []
@@ -301,8 +300,8 @@ async def test_with_redis_away_the_budget_is_divided_between_the_processes_seen(
 async def test_calls_made_late_are_still_never_more_than_the_budget_in_any_second(
     redis_url: str, redis_namespace: str
 ) -> None:
-    """Turns schedule the calls; the moment of each call keeps the bound: twelve calls made at once (syncs that
-    waited for their locks past their turns) are admitted five a second, never six."""
+    """Reservations schedule the calls; the moment of each call keeps the bound: twelve calls made at once (syncs that
+    waited for their locks past their reservations) are admitted five a second, never six."""
     budget = StripeBudget(make_redis(redis_url), per_second=5, namespace=redis_namespace)
     made: dict[bytes, float] = {}  # each call as the budget logged it (by Redis' clock)
 
@@ -320,22 +319,22 @@ async def test_calls_made_late_are_still_never_more_than_the_budget_in_any_secon
     assert elapsed >= 2.0  # the last two waited for the second and third seconds
 
 
-async def test_a_turn_reserved_for_more_calls_gives_them_to_the_job_that_takes_it(
+async def test_a_reservation_of_more_calls_gives_them_to_the_job_that_takes_it(
     redis_url: str, redis_namespace: str
 ) -> None:
-    """A sync short of calls reserves a larger turn, and its job comes back with the data it had (asking for
-    one call): taking the turn must give it the calls reserved, or it falls short again at every try."""
+    """A sync short of calls reserves more slots, and its job comes back with the data it had (asking for
+    one call): taking the reservation must give it the calls reserved, or it falls short again at every try."""
     budget = StripeBudget(make_redis(redis_url), per_second=20, namespace=redis_namespace)
     try:
-        for _ in range(10):  # the budget's next half second is taken: the turn is reserved ahead
+        for _ in range(10):  # the budget's next half second is taken: the reservation is made ahead
             await budget.acquire()
         wait = await budget.reserve("checkout:cs_1", 3)
         assert wait > 0
         await asyncio.sleep(max(wait - 0.3, 0))
-        turn = await budget.take("checkout:cs_1", 1)
-        assert turn.calls == 3
+        reservation = await budget.take("checkout:cs_1", 1)
+        assert reservation.calls == 3
         for _ in range(3):
-            await turn.call()  # the third is the turn's own, not a free slot found by luck
-        assert turn.made == 3
+            await reservation.call()  # the third is the reservation's own, not a free slot found by luck
+        assert reservation.made == 3
     finally:
         await budget.redis.aclose()

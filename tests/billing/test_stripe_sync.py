@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, TurnLater
-from app.billing.stripe_gateway import stripe_budget
+from app.billing.budget import MAX_WAIT_SECONDS, BudgetExhaustedError, SlotLater, stripe_budget
 from app.billing.sync import StripeSyncData, SyncComesBack, run_sync
 from app.core.resources import Resources
 from app.identity.models import Workspace
@@ -171,7 +170,7 @@ async def test_a_stripe_429_pauses_the_budget_and_the_sync_comes_back_without_co
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 4
 
 
-async def test_a_sync_whose_turn_is_far_comes_back_for_it_holding_nothing_and_counting_no_attempt(
+async def test_a_sync_whose_reservation_is_far_comes_back_for_it_holding_nothing_and_counting_no_attempt(
     worker: Resources, stripe_stub: StripeStub, linked_workspace: Workspace, webhook_secrets: dict[str, str]
 ) -> None:
     stripe_stub.put_subscription("cus_linked", quantity=3)
@@ -180,11 +179,11 @@ async def test_a_sync_whose_turn_is_far_comes_back_for_it_holding_nothing_and_co
     row_id = await store(worker, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
 
     first = await event_try(worker, row_id)
-    assert isinstance(first, TurnLater) and 40 < first.after_seconds <= 45  # back when the pause is over
+    assert isinstance(first, SlotLater) and 40 < first.after_seconds <= 45  # back when the pause is over
     assert stripe_stub.requests == []
     row = await Inbox(worker.db).get(row_id)
     assert row is not None and row.processed_at is None and row.attempts == 0 and row.last_error is None
-    with pytest.raises(BudgetExhaustedError):  # a caller without a turn (a command) gives up at once
+    with pytest.raises(BudgetExhaustedError):  # a caller without a reservation (a command) gives up at once
         await budget.acquire()
 
     await budget.pause(0.001)  # the pause is over
@@ -248,7 +247,7 @@ async def test_an_operators_retry_reads_now_and_the_sync_waiting_out_its_backoff
 
     outcome = await operations.retry(worker, str(row_id))  # the sync driver runs the new read inline
 
-    assert outcome.message.endswith(": customer:cus_linked is read again at the next turn.")
+    assert outcome.message.endswith(": customer:cus_linked is read again at the budget's next free slots.")
     row = await Inbox(worker.db).get(row_id)
     assert row is not None and row.processed_at is not None and row.attempts == 2
     assert (await workspace_row(worker, linked_workspace.id)).seat_quantity == 7

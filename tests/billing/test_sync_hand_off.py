@@ -1,4 +1,4 @@
-"""A sync waiting for its turn holds nothing, and no event is stranded however its arrival meets a sync's phases."""
+"""A sync waiting for its reservation holds nothing; no event is stranded however its arrival meets a sync's phases."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select, text
 
+from app.billing.budget import stripe_budget
 from app.billing.models import BillingSync
-from app.billing.stripe_gateway import stripe_budget
 from app.billing.sync import sync_job_id
 from app.core.resources import Resources
 from app.identity.models import Workspace
@@ -44,14 +44,14 @@ async def _held_for_billing(resources: Resources) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_and_no_lock(
+async def test_a_sync_waiting_for_its_reservation_holds_no_worker_slot_no_transaction_and_no_lock(
     open_resources: OpenResources,
     billing_env: dict[str, str],
     stripe_stub: StripeStub,
     linked_workspace: Workspace,
     webhook_secrets: dict[str, str],
 ) -> None:
-    """The budget's next turn is 8 s away: the customer's sync is queued for it and, meanwhile, is not running
+    """The budget's next free slot is 8 s away: the customer's sync is queued for it and, meanwhile, is not running
     (arq's own state), no backend of the database is in a transaction or holds an advisory lock, and the worker
     processes the Clerk events that came after it (one slot per queue: a waiting sync would hold it)."""
     intake = await open_resources(MESSAGE_QUEUE_DRIVER="arq", STRIPE_API_RATE_LIMIT_PER_SECOND="1")
@@ -60,8 +60,8 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
 
     async with worker_starter(env) as start:
         await start(WORKER_MAX_JOBS="1")
-        # Eight turns taken once the worker is up (its start, slow on a busy machine, takes none of the 8 s):
-        # the next turn in 8 s, time enough to check before it.
+        # Eight slots taken once the worker is up (its start, slow on a busy machine, takes none of the 8 s):
+        # the next free one in 8 s, time enough to check before it.
         reserved = time.monotonic()
         await stripe_budget(intake).reserve("customer:somebody-else", 8)
         stripe_row = await store(intake, subscription_delivery(webhook_secrets["stripe"], "cus_linked"))
@@ -86,9 +86,9 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
             return bool(pending) and await job.status() != JobStatus.not_found
 
         await wait_for(sync_queued, 10, "the event's job to ask for the customer's sync and queue it")
-        checked_until = max(reserved + 4, time.monotonic() + 1)  # well before its turn
+        checked_until = max(reserved + 4, time.monotonic() + 1)  # well before its reservation
         while time.monotonic() < checked_until:
-            assert await job.status() == JobStatus.deferred  # queued for its turn, not running in a slot
+            assert await job.status() == JobStatus.deferred  # queued for its reservation, not running in a slot
             assert await _held_for_billing(intake) == []
             await asyncio.sleep(0.1)
 
@@ -103,7 +103,7 @@ async def test_a_sync_waiting_for_its_turn_holds_no_worker_slot_no_transaction_a
         async def stripe_processed() -> bool:
             return (await workspace_row(intake, linked_workspace.id)).seat_quantity == 6
 
-        await wait_for(stripe_processed, 15, "the sync to read at its turn")
+        await wait_for(stripe_processed, 15, "the sync to read at its reservation")
     assert [path for _, path in stripe_stub.requests] == ["/v1/customers/cus_linked"]
 
 

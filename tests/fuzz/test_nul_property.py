@@ -219,7 +219,7 @@ async def _handled_by_the_worker(settings_env: dict[str, str], stripe_stub: Stri
         for row in rows:
             assert NUL not in json.dumps(row.payload, ensure_ascii=False)
             assert NUL not in f"{row.tenant_key}{row.sync_subject}"
-            for _ in range(20):  # a Stripe sync may be told to come back for its turn of the budget
+            for _ in range(20):  # a Stripe sync may be told to come back for its reservation of the budget
                 try:
                     await process_event(resources, row.id, row.provider)
                     break

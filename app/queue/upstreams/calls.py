@@ -27,7 +27,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -36,9 +36,8 @@ from app.core.resources import Resources
 from app.core.sentry import report_message
 from app.core.tracing import traced_wait
 from app.queue.errors import HTTPStatusError, PermanentError, RetryLater
-from app.queue.upstreams.declaration import Upstream, declared_upstreams
 from app.queue.upstreams.gate import GateStatus, Passage, Recorded, UpstreamGate
-from app.queue.upstreams.rate import RateBudget, Turn
+from app.queue.upstreams.rate import RateBudget, Reservation
 from app.queue.upstreams.waits import UpstreamBusy, UpstreamHeld, UpstreamPaused, UpstreamWait
 
 logger = logging.getLogger(__name__)
@@ -50,6 +49,9 @@ BUSY_WAIT_SECONDS = 2.0
 """A call waits this long at most, where it is, for a place under the cap in flight; then its job comes back."""
 _BUSY_POLL_SECONDS = 0.05
 _ERROR_MAX_CHARS = 500
+
+HealthCheck = Callable[[Resources], Awaitable[object]]
+"""An upstream's call that shows it answers whatever the subject, raising when it does not (``Upstream.health``)."""
 
 
 @dataclass
@@ -78,38 +80,45 @@ def answered(exc: BaseException) -> str | None:
 class UpstreamCalls:
     """One per process and upstream: its budget (the rate) and its gate, and the calls that pass them."""
 
-    def __init__(self, declared: Upstream, resources: Resources) -> None:
+    def __init__(
+        self,
+        resources: Resources,
+        *,
+        name: str,
+        per_second: int,
+        in_flight: int | None,
+        timeout_seconds: float,
+        health: HealthCheck | None,
+    ) -> None:
         settings = resources.settings
-        self.name = declared.name
-        self.per_second = declared.rate(settings)
-        self.timeout = declared.timeout_seconds
-        self.budget = RateBudget(
-            resources.redis, name=declared.name, per_second=self.per_second, namespace=settings.redis_namespace
-        )
+        self.name = name
+        self.per_second = per_second
+        self.timeout = timeout_seconds
+        self.budget = RateBudget(resources.redis, name=name, per_second=per_second, namespace=settings.redis_namespace)
         self.gate = UpstreamGate(
             resources.redis,
-            name=declared.name,
+            name=name,
             namespace=settings.redis_namespace,
             hold_after=settings.upstream_hold_after_subjects,
             probe_seconds=settings.upstream_probe_seconds,
-            cap=declared.in_flight,
-            lease_seconds=declared.timeout_seconds + LEASE_MARGIN_SECONDS,
+            cap=in_flight,
+            lease_seconds=timeout_seconds + LEASE_MARGIN_SECONDS,
         )
         self.probe_seconds = settings.upstream_probe_seconds
-        self.health = declared.health
+        self.health = health
         self.resources = resources
         self.unlisted = False
         """Called, but listed by no loaded module (said once, at its first call)."""
 
     async def check(self, subject: str) -> None:
-        """Before a job takes anything (a turn, a lock): raises ``UpstreamHeld``/``UpstreamPaused`` to wait."""
+        """Before a job takes anything (a reservation, a lock): raises ``UpstreamHeld``/``UpstreamPaused`` to wait."""
         self._wait_if_told(await self.gate.check(subject), subject)
 
     @asynccontextmanager
-    async def call(self, subject: str, *, turn: Turn | None = None) -> AsyncIterator[Call]:
+    async def call(self, subject: str, *, reservation: Reservation | None = None) -> AsyncIterator[Call]:
         """One call about ``subject`` (a customer, an object, a recipient): see the module's docstring.
 
-        ``turn``: the caller's reserved calls (a Stripe sync, which checked the gate before taking it).
+        ``reservation``: the caller's reserved slots (a Stripe sync, which checked the gate before taking it).
         """
         if self.unlisted:
             self.unlisted = False
@@ -121,9 +130,9 @@ class UpstreamCalls:
         token = secrets.token_hex(8)
         started = time.monotonic()
         with traced_wait(f"{self.name} budget"):  # a span of its own (tracing on): where a slow job's time went
-            if turn is None:
+            if reservation is None:
                 await self.check(subject)
-            await (turn.call() if turn is not None else self.budget.acquire())
+            await (reservation.call() if reservation is not None else self.budget.acquire())
             await self.budget.admit()
             passage = await self._enter(subject, token)
             if passage.verdict == "probe" and self.health is not None:
@@ -275,22 +284,3 @@ class UpstreamCalls:
             extras={"last_error": error},
             fingerprint=["upstream-held", self.name],
         )
-
-
-class _Registry:
-    """The process's ``UpstreamCalls``, one per upstream name."""
-
-    def __init__(self, resources: Resources) -> None:
-        self.resources = resources
-        self.calls: dict[str, UpstreamCalls] = {}
-        self.listed = set(declared_upstreams(resources.modules))
-
-
-def upstream_calls(resources: Resources, declared: Upstream) -> UpstreamCalls:
-    """The process's ``UpstreamCalls`` of ``declared``, built on first use."""
-    registry = resources.shared(_Registry, lambda: _Registry(resources))
-    calls = registry.calls.get(declared.name)
-    if calls is None:
-        calls = registry.calls[declared.name] = UpstreamCalls(declared, resources)
-        calls.unlisted = bool(resources.modules) and declared.name not in registry.listed
-    return calls

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from app.core.module import FeatureModule
+from app.core.module import FeatureModule, loaded_modules
+from app.core.resources import Resources
 from app.core.settings import Settings
 from app.queue.job import FromSetting
-
-if TYPE_CHECKING:
-    from app.core.resources import Resources
-    from app.queue.upstreams.calls import Call, UpstreamCalls
-    from app.queue.upstreams.rate import Turn
+from app.queue.upstreams.calls import Call, HealthCheck, UpstreamCalls
+from app.queue.upstreams.rate import Reservation
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -39,7 +36,7 @@ class Upstream:
     per_second: int | FromSetting
     in_flight: int | None = None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    health: Callable[[Resources], Awaitable[object]] | None = None
+    health: HealthCheck | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -56,15 +53,25 @@ class Upstream:
 
     def of(self, resources: Resources) -> UpstreamCalls:
         """This process's way of calling it (its budget, its gate), built once per process."""
-        from app.queue.upstreams.calls import upstream_calls  # calls builds on this declaration
-
-        return upstream_calls(resources, self)
+        registry = resources.shared(_Registry, lambda: _Registry(resources))
+        calls = registry.calls.get(self.name)
+        if calls is None:
+            calls = registry.calls[self.name] = UpstreamCalls(
+                resources,
+                name=self.name,
+                per_second=self.rate(resources.settings),
+                in_flight=self.in_flight,
+                timeout_seconds=self.timeout_seconds,
+                health=self.health,
+            )
+            calls.unlisted = bool(loaded_modules(resources)) and self.name not in registry.listed
+        return calls
 
     def call(
-        self, resources: Resources, subject: str, *, turn: Turn | None = None
+        self, resources: Resources, subject: str, *, reservation: Reservation | None = None
     ) -> AbstractAsyncContextManager[Call]:
         """``async with EMAIL.call(self.resources, subject=...)``: one call, through its rate, hold and pause."""
-        return self.of(resources).call(subject, turn=turn)
+        return self.of(resources).call(subject, reservation=reservation)
 
 
 def declared_upstreams(modules: Sequence[FeatureModule]) -> dict[str, Upstream]:
@@ -77,3 +84,11 @@ def declared_upstreams(modules: Sequence[FeatureModule]) -> dict[str, Upstream]:
             if found.setdefault(declared.name, declared) != declared:
                 raise ValueError(f"Upstream {declared.name!r} is declared twice, differently (module {module.name}).")
     return found
+
+
+class _Registry:
+    """The process's ``UpstreamCalls``, one per upstream name, and the names its loaded modules list."""
+
+    def __init__(self, resources: Resources) -> None:
+        self.calls: dict[str, UpstreamCalls] = {}
+        self.listed = set(declared_upstreams(loaded_modules(resources)))

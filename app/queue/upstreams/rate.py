@@ -11,22 +11,25 @@ burst that the upstream would count in the same second.
 Two ways to take slots:
 
 - :meth:`RateBudget.acquire`: one call now, waiting for the first free slot
-  (callers are served in turn: each reserves the first free time and wakes
+  (callers are served in order: each reserves the first free time and wakes
   once), for at most ``MAX_WAIT_SECONDS``; a later one is not reserved.
   Commands and crons use it.
-- A *turn* (:meth:`reserve`, :meth:`take`): the calls of one sync (``calls``
-  slots, one spacing apart), reserved under the sync's subject when the sync is
-  asked for, so that its job is queued for the time its turn comes and waits
-  for nothing meanwhile: no worker slot, no transaction, no lock. A turn is
-  taken by the first caller of its subject that comes at most one spacing
-  late; past that it is gone, its slots unused, and a new one is reserved.
-  Stripe's syncs use them (``app/billing/sync.py``).
+- A *reservation* (:meth:`reserve`, :meth:`take`): the slots of one sync's
+  calls (``calls`` slots, one spacing apart), reserved under the sync's
+  subject when the sync is asked for, so that its job is queued for the time
+  its reservation comes and waits for nothing meanwhile: no worker slot, no
+  transaction, no lock. A reservation is taken by the first caller of its
+  subject that comes at most one spacing late; past that it is gone, its
+  slots unused, and a new one is made. Stripe's syncs use them
+  (``app/billing/sync.py``). (A *turn* is another thing: a tenant's place in a
+  fair queue, ``app/queue/fairness.py``.)
 
-Turns and slots schedule the calls; the guarantee is kept at the moment of
-each call (:meth:`RateBudget.admit`): the calls actually made are logged
-too, and one that would be the N+1th in a second waits its moment. A sync
-that took its turn and then waited for its locks (a busy database) would
-otherwise call late, beside the calls of the turns after its own.
+Reservations and slots schedule the calls; the guarantee is kept at the
+moment of each call (:meth:`RateBudget.admit`): the calls actually made are
+logged too, and one that would be the N+1th in a second waits its moment. A
+sync that took its reservation and then waited for its locks (a busy
+database) would otherwise call late, beside the calls of the reservations
+after its own.
 
 A 429 pauses the whole budget for its ``Retry-After`` (:meth:`RateBudget.pause`):
 every process waits, not only the one that was told. (An operator's pause of
@@ -60,14 +63,14 @@ MAX_WAIT_SECONDS = 15.0
 """How long :meth:`RateBudget.acquire` waits for a slot at most; beyond, the caller retries later."""
 PARTICIPANT_TTL_US = 10_000_000
 TAKE_WITHIN_SECONDS = 0.5
-"""A sync whose turn is this close waits for it where it is; a later turn sends its job away until then."""
-TURN_EARLY_SECONDS = 0.2
-"""A sync's job is queued this much before its turn (the queue's poll and the job's start take time)."""
+"""A sync whose reservation is this close waits for it where it is; a later one sends its job away until then."""
+RESERVATION_EARLY_SECONDS = 0.2
+"""A sync's job is queued this much before its reservation (the queue's poll and the job's start take time)."""
 
 ADMIT_WAIT_SECONDS = 2.0
 """A call waits at most this long at the moment it is made; a sync holding its locks then comes back later."""
 
-_NOT_RESERVED, _RESERVED, _TURN_RESERVED, _TURN_AHEAD = 0, 1, 2, 3
+_NOT_RESERVED, _RESERVED, _RESERVATION_MADE, _RESERVATION_AHEAD = 0, 1, 2, 3
 
 
 class BudgetExhaustedError(RetryLater):
@@ -79,8 +82,9 @@ class BudgetExhaustedError(RetryLater):
     spends_attempt = False
 
 
-class TurnLater(RetryLater):
-    """The sync's turn of the budget is ``after_seconds`` away (less a little): its job comes back for it.
+class SlotLater(RetryLater):
+    """The caller's slot of the budget is ``after_seconds`` away (a sync's reservation: less a little): its job comes
+    back for it.
 
     Not a failure, nor a warning: a fleet draining a backlog defers most of its syncs once. The try is given back.
     """
@@ -90,16 +94,16 @@ class TurnLater(RetryLater):
 
 
 class BudgetShortfall(Exception):
-    """A turn's holder needed more calls than it held and the next free slot is not near: it reserves again."""
+    """A reservation's holder needed more calls than it held and the next free slot is not near: it reserves again."""
 
     def __init__(self, calls_made: int) -> None:
-        super().__init__(f"a sync needed more than the {calls_made} call(s) its turn held")
+        super().__init__(f"a sync needed more than the {calls_made} call(s) its reservation held")
         self.calls_made = calls_made
 
 
 @dataclass
-class Turn:
-    """The calls a sync may make now: the first at ``first`` (monotonic), each next one spacing later."""
+class Reservation:
+    """A sync's reserved slots: ``calls`` calls, the first at ``first`` (monotonic), each next one spacing later."""
 
     budget: RateBudget
     first: float
@@ -137,7 +141,7 @@ class _LocalShare:
 
 
 class RateBudget:
-    """One per process and upstream; every call takes a slot first (``acquire``, or a sync's ``Turn``)."""
+    """One per process and upstream; every call takes a slot first (``acquire``, or a sync's ``Reservation``)."""
 
     def __init__(self, redis: Redis, *, name: str, per_second: int, namespace: str = "") -> None:
         self.redis = redis
@@ -147,8 +151,8 @@ class RateBudget:
         self.log_key = f"{prefix}budget"
         """The calls admitted or reserved (scores: microseconds, by Redis' clock)."""
         self._keys = [self.log_key, f"{prefix}budget:processes", f"{prefix}backoff"]
-        self._turn_prefix = f"{prefix}turn:"
-        """Reserved turns, one key per subject (microseconds, by Redis' clock)."""
+        self._reservation_prefix = f"{prefix}reservation:"
+        """Reservations, one key per subject (microseconds, by Redis' clock)."""
         self._script = LuaScript(redis, BUDGET_LUA)
         self._admit = LuaScript(redis, ADMIT_LUA)
         self.made_key = f"{prefix}budget:made"
@@ -162,8 +166,8 @@ class RateBudget:
     async def acquire(self, *, max_wait: float = MAX_WAIT_SECONDS, shortfall_of: int | None = None) -> float:
         """Wait for a slot; returns the seconds waited. Raises ``BudgetExhaustedError`` past ``max_wait``.
 
-        ``shortfall_of``: the caller is a sync that made that many calls of its turn: past ``max_wait`` it is
-        told :class:`BudgetShortfall` instead (it gives back what it holds and reserves a longer turn).
+        ``shortfall_of``: the caller is a sync that made that many calls of its reservation: past ``max_wait`` it is
+        told :class:`BudgetShortfall` instead (it gives back what it holds and reserves more slots).
         """
         started = time.monotonic()
         while True:
@@ -184,31 +188,32 @@ class RateBudget:
             await asyncio.sleep(wait)
 
     async def reserve(self, subject: str, calls: int) -> float:
-        """Reserve a turn of ``calls`` calls for ``subject`` (or find the one it holds): seconds until it comes."""
+        """Reserve ``calls`` slots for ``subject`` (or find the one it holds): seconds until it comes."""
         status, wait, _ = await self._run("reserve", subject, calls, 0.0)
-        return wait if status in (_TURN_RESERVED, _TURN_AHEAD) else 0.0
+        return wait if status in (_RESERVATION_MADE, _RESERVATION_AHEAD) else 0.0
 
-    async def take(self, subject: str, calls: int) -> Turn:
-        """The subject's turn, now or within ``TAKE_WITHIN_SECONDS``; else :class:`TurnLater` (its job comes back).
+    async def take(self, subject: str, calls: int) -> Reservation:
+        """The subject's reservation, now or within ``TAKE_WITHIN_SECONDS``; else :class:`SlotLater` (its job comes
+        back).
 
-        A subject holding no turn (it came too late for the one it had) reserves a new one here.
+        A subject holding no reservation (it came too late for the one it had) reserves a new one here.
         """
         status, wait, reserved = await self._run("take", subject, calls, 0.0)
         if status == _RESERVED:
-            return Turn(self, time.monotonic() + wait, max(calls, reserved))
+            return Reservation(self, time.monotonic() + wait, max(calls, reserved))
         if status == _NOT_RESERVED:  # paused after a 429
-            raise TurnLater(
+            raise SlotLater(
                 f"The {self.name} budget ({self.per_second}/s) paused after a 429 for {wait:.1f} s", after_seconds=wait
             )
-        raise TurnLater(
-            f"The {self.name} budget ({self.per_second}/s): {subject}'s turn comes in {wait:.1f} s",
-            after_seconds=max(wait - TURN_EARLY_SECONDS, 0.05),
+        raise SlotLater(
+            f"The {self.name} budget ({self.per_second}/s): {subject}'s reserved slots come in {wait:.1f} s",
+            after_seconds=max(wait - RESERVATION_EARLY_SECONDS, 0.05),
         )
 
     async def admit(self, *, max_wait: float = ADMIT_WAIT_SECONDS) -> float:
         """The moment of a call: wait while a second already holds N calls made; the seconds waited.
 
-        Past ``max_wait`` (a pause after a 429, or a flood of late calls) ``TurnLater``: the caller comes back.
+        Past ``max_wait`` (a pause after a 429, or a flood of late calls) ``SlotLater``: the caller comes back.
         With Redis away, this process keeps to its share (as :meth:`acquire` does).
         """
         started = time.monotonic()
@@ -224,7 +229,7 @@ class RateBudget:
             if wait <= 0:
                 return time.monotonic() - started
             if time.monotonic() - started + wait > max_wait:
-                raise TurnLater(
+                raise SlotLater(
                     f"The {self.name} budget ({self.per_second}/s): no call may be made for {wait:.1f} s",
                     after_seconds=wait,
                 )
@@ -242,11 +247,11 @@ class RateBudget:
             await asyncio.sleep(seconds)
 
     async def _run(self, mode: str, subject: str | None, calls: int, may_wait: float) -> tuple[int, float, int]:
-        """(status, seconds, the turn's calls) of one script call; with Redis away, this process's share (reserved
-        at once)."""
+        """(status, seconds, the reservation's calls) of one script call; with Redis away, this process's share
+        (reserved at once)."""
         try:
             status, wait_us, seen, reserved = await self._script(
-                keys=[*self._keys, f"{self._turn_prefix}{subject or ''}"],
+                keys=[*self._keys, f"{self._reservation_prefix}{subject or ''}"],
                 args=[
                     self.per_second,
                     f"{self._process}:{next(self._calls)}",
@@ -261,7 +266,7 @@ class RateBudget:
             )
         except (RedisError, OSError) as exc:
             if mode == "reserve":
-                return _TURN_RESERVED, 0.0, calls  # the sync runs now and takes its slots from this process's share
+                return _RESERVATION_MADE, 0.0, calls  # the sync runs now and takes its slots from this process's share
             wait = await self._local_slot(exc)
             return (_RESERVED if wait <= 0 or mode == "take" else _NOT_RESERVED), wait, calls
         if self._local is not None:

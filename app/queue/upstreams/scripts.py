@@ -8,13 +8,13 @@ agree on it whatever their clocks; a time written into a key is formatted
 # --- the rate ---
 
 # KEYS: the log of admitted and reserved calls (scores: microseconds, some in the future), the participants
-# (one member per process), the pause key (set after a 429), the turn of the caller's subject (or a key nobody
+# (one member per process), the pause key (set after a 429), the reservation of the caller's subject (or a key nobody
 # uses). ARGV: limit, a call-unique member, this process's id, the window, how long a process counts as seen,
 # the longest wait (µs) an acquire may reserve, the mode (acquire, reserve or take), calls, the longest wait (µs)
-# a take waits where it is. Returns {status, microseconds, processes seen, calls of the turn}:
+# a take waits where it is. Returns {status, microseconds, processes seen, calls of the reservation}:
 # 1, slots reserved for the caller (wait that long, then call); 0, nothing reserved (paused: until the pause
-# ends; or no slot within the wait); 2, a turn that far ahead reserved under the key; 3, the key's turn is that
-# far ahead. A taken turn's calls are at that time and one spacing apart after it. A turn's key holds
+# ends; or no slot within the wait); 2, a reservation that far ahead made under the key; 3, the key's reservation
+# is that far ahead. A taken reservation's calls are at that time and one spacing apart after it. Its key holds
 # "<time>:<calls>": a take gets the calls reserved, not the ones it asked for (a sync short of calls reserves
 # more, and its job comes back with the data it had).
 BUDGET_LUA = """
