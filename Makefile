@@ -75,9 +75,12 @@ worker: install  ## a worker for every queue, or QUEUES=a,b
 # TEST_PROCESSES pytest processes (xdist workers): the tests spend much of their time waiting on the processes
 # they start, so on 2 cores 3 finish about a fifth sooner than 2 (4, little more). Each takes the next test when
 # it is free (--maxschedchunk 1), the longest first (tests/conftest.py).
+# pytest runs with bytecode caching on even where the environment turns it off (PYTHONDONTWRITEBYTECODE, as
+# some containers set): else each of its processes rewrites the asserts of every test module again, about 2 s
+# of CPU each, where a rerun reads them from __pycache__ (ignored by git).
 TEST_PROCESSES ?= 3
 PYTEST_RUN := eval "$$($(BIN)/python -m tools.test_env)" && export TEST_DATABASE_URL TEST_REDIS_URL && \
-	$(BIN)/pytest -n $(TEST_PROCESSES) --maxschedchunk 1 -q -p no:cacheprovider -p tools.make_test \
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(TEST_PROCESSES) --maxschedchunk 1 -q -p no:cacheprovider -p tools.make_test \
 	$(if $(NO_SYSTEM_DEPS),--without-system-deps)
 FAST_TESTS := -m "not slow and not browser and not container"
 
