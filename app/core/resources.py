@@ -95,7 +95,6 @@ class MessageQueue(ABC):
     ) -> str | None:
         """``add`` with its keywords gathered in ``options``: stage the job in ``session``, or queue it now."""
 
-    @abstractmethod
     async def add_many(
         self,
         job_cls: type[Any],
@@ -113,6 +112,19 @@ class MessageQueue(ABC):
 
         One round trip to Redis instead of one per job (the recovery cron queues pages of events).
         """
+        count = len(items)
+        requests: Sequence[JobRequestId] = [CURRENT_REQUEST] * count if request_ids is None else request_ids
+        tenants: Sequence[str | None] = [None] * count if tenant_keys is None else tenant_keys
+        traces: Sequence[JobTraceContext] = [CURRENT_TRACE] * count if trace_contexts is None else trace_contexts
+        jobs = [
+            (data, JobOptions(deduplication_id=dedup, request_id=request, tenant_key=tenant, trace_context=trace))
+            for (data, dedup), request, tenant, trace in zip(items, requests, tenants, traces, strict=True)
+        ]
+        return await self._add_many(job_cls, jobs)
+
+    @abstractmethod
+    async def _add_many(self, job_cls: type[Any], jobs: Sequence[tuple[Any, JobOptions]]) -> list[str | None]:
+        """``add_many`` with each job's keywords gathered in its ``JobOptions``: queue them now."""
 
     @abstractmethod
     async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:

@@ -23,7 +23,6 @@ from app.core import tracing
 from app.core.db import Database
 from app.core.redaction import redact_url
 from app.core.redis import FAST_TIMEOUT_SECONDS, make_redis
-from app.core.request_context import CURRENT_REQUEST, JobRequestId
 from app.core.resources import JobOptions, JobState, MessageQueue
 from app.core.settings import Settings
 from app.queue.arq_adapter import ArqEnqueuer, job_state
@@ -64,26 +63,16 @@ class ArqQueue(MessageQueue):
             (queued,) = await self.enqueue_encoded([job], what=job_cls.name())
         return queued
 
-    async def add_many(
-        self,
-        job_cls: type[Job[Any]],
-        items: Sequence[tuple[Any, str | None]],
-        *,
-        request_ids: Sequence[str | None] | None = None,
-        tenant_keys: Sequence[str | None] | None = None,
-        trace_contexts: Sequence[str | None] | None = None,
-    ) -> list[str | None]:
-        """``add`` for several jobs of one class (data, deduplication id) in one round trip."""
-        ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
-        with _producing(job_cls, len(items)):
-            jobs = encode_jobs(
+    async def _add_many(self, job_cls: type[Job[Any]], jobs: Sequence[tuple[Any, JobOptions]]) -> list[str | None]:
+        with _producing(job_cls, len(jobs)):
+            encoded = encode_jobs(
                 self.settings,
                 job_cls,
-                [(data, dedup, request_id) for (data, dedup), request_id in zip(items, ids, strict=True)],
-                tenant_keys=tenant_keys,
-                trace_contexts=trace_contexts,
+                [(data, options.deduplication_id, options.request_id) for data, options in jobs],
+                tenant_keys=[options.tenant_key for _, options in jobs],
+                trace_contexts=[options.trace_context for _, options in jobs],
             )
-            return await self.enqueue_encoded(jobs, what=job_cls.name())
+            return await self.enqueue_encoded(encoded, what=job_cls.name())
 
     async def enqueue_encoded(self, jobs: Sequence[EncodedJob], *, what: str) -> list[str | None]:
         """Queue jobs already encoded (by ``add_many``, or rebuilt from outbox rows) in one round trip.

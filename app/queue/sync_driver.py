@@ -9,10 +9,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import Database
-from app.core.request_context import CURRENT_REQUEST, JobRequestId, bound_request_id
+from app.core.request_context import bound_request_id
 from app.core.resources import JobOptions, JobState, MessageQueue
 from app.core.settings import Settings
-from app.core.tracing import CURRENT_TRACE, JobTraceContext
 from app.queue.encoded import EncodedJob, encode_job, namespaced
 from app.queue.errors import UnknownJobError
 from app.queue.execution import run_attempt
@@ -52,27 +51,8 @@ class SyncQueue(MessageQueue):
             return job.job_id
         return await self._run(job_cls, job)
 
-    async def add_many(
-        self,
-        job_cls: type[Job[Any]],
-        items: Sequence[tuple[Any, str | None]],
-        *,
-        request_ids: Sequence[str | None] | None = None,
-        tenant_keys: Sequence[str | None] | None = None,
-        trace_contexts: Sequence[str | None] | None = None,
-    ) -> list[str | None]:
-        ids: Sequence[JobRequestId] = [CURRENT_REQUEST] * len(items) if request_ids is None else request_ids
-        keys: Sequence[str | None] = [None] * len(items) if tenant_keys is None else tenant_keys
-        traces: Sequence[JobTraceContext] = [CURRENT_TRACE] * len(items) if trace_contexts is None else trace_contexts
-        return [
-            await self._add(
-                job_cls,
-                data,
-                JobOptions(deduplication_id=dedup, request_id=request_id, tenant_key=key, trace_context=trace),
-                session=None,
-            )
-            for (data, dedup), request_id, key, trace in zip(items, ids, keys, traces, strict=True)
-        ]
+    async def _add_many(self, job_cls: type[Job[Any]], jobs: Sequence[tuple[Any, JobOptions]]) -> list[str | None]:
+        return [await self._add(job_cls, data, options, session=None) for data, options in jobs]
 
     async def relay_outbox(self, *, session: AsyncSession | None = None) -> int:
         """Run the staged jobs inline and delete their rows; the first failure is raised after all ran."""
