@@ -50,6 +50,8 @@ class Mode:
     # tracing_cost: the same, with tracing on (every span exported) and off
     tracing_intake_rounds: int = 3
     tracing_drains: tuple[str, ...] = ("on", "off", "off", "on", "on", "off")
+    tracing_sampled_ratio: float | None = 0.1
+    """Also measured: tracing on at this sampling ratio (``parentbased_traceidratio``); None: not measured."""
     # journal cost (drain phase): the order of its drains, one worker each, with the journal and without
     journal_drains: tuple[str, ...] = ("on", "off", "off", "on")
     # timeline: the inbox's rows, the workspace's events and journal rows among them, the requests timed
@@ -91,6 +93,7 @@ MODES = {
         connections=16,  # the intake's: its kept API's pool grows to as many
         tracing_intake_rounds=1,
         tracing_drains=("on", "off"),
+        tracing_sampled_ratio=None,
         journal_drains=("on", "off"),
         timeline_inbox_rows=4_000,
         timeline_workspace_events=400,
