@@ -233,6 +233,7 @@ async def test_a_taken_metrics_port_is_one_warning_and_the_worker_runs_on(settin
         port = taken.getsockname()[1]
         async with worker_starter(settings_env, "--queues", "webhook-queue") as start:
             worker = await start(WORKER_METRICS_PORT=str(port))
+            await worker.wait_log("Worker metrics")  # logged just after "Worker serving", as the server starts
             assert worker.process.poll() is None
             warnings = [line for line in worker.lines() if "Worker metrics" in str(line.get("event"))]
     assert len(warnings) == 1 and warnings[0]["level"] == "warning"

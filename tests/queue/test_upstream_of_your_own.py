@@ -78,7 +78,11 @@ async def test_your_own_upstream_is_rate_limited_across_two_workers_and_held_by_
         await queue_mails(resources, first)
         await wait_for(lambda: len(mailer.sent) == 24, 60, "the first 24 mails")
         assert sorted(mailer.recipients()) == sorted(first)
-        assert most_in_window([at for _, at in mailer.sent], 1.0) <= 4 + 1  # 4 a second across both workers
+        # 4 a second across both workers (each alone would send 8): the 24 take about 23 / 4 s, and no 2 s hold
+        # more than 2 x 4 + 1 slots, with one more for a call that reached the stub late behind the next one
+        arrivals = sorted(at for _, at in mailer.sent)
+        assert arrivals[-1] - arrivals[0] >= 23 / 4 - 0.75
+        assert most_in_window(arrivals, 2.0) <= 2 * 4 + 1 + 1
 
         mailer.down = True
         during = [f"during-{n}@example.com" for n in range(12)]
