@@ -50,6 +50,20 @@ def test_stripe_backlog_rows_show_their_targets_and_the_workers_cpu_per_event() 
     assert "coalescing" not in rendered
 
 
+def test_each_thin_backlog_drain_is_held_to_its_target_on_its_own_row() -> None:
+    results = {
+        "thin_backlog_drain_ratio": 1.0,
+        "thin_backlog_drain_ratio_unknown": 1.38,
+        "thin_backlog_customers": 1_000,
+    }
+    rendered = table(results, "header")
+    known = _row(rendered, "thin backlog: drain time / (reads / 20 per s), subscriptions synced before")
+    assert known[1:] == ["1.00", "1,000 customers, one read each", "<= 1.25", "ok"]
+    unknown = _row(rendered, "thin backlog: drain time / (reads / 20 per s), customers never seen")
+    assert unknown[1] == "1.38"
+    assert unknown[-2:] == ["<= 1.25", "MISS"]
+
+
 def test_the_pipeline_rows_name_the_load_as_a_share_of_the_drain_measured_before() -> None:
     results = {
         "pipeline_p50_ms": 9.0,
