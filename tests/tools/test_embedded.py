@@ -6,9 +6,11 @@ import asyncio
 import os
 import queue
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,11 +30,16 @@ from tools import dev, embedded, test_env  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One cluster for the module: initdb runs once, later tests start it warm."""
-    path = tmp_path_factory.mktemp("embedded")
+def data_dir() -> Iterator[Path]:
+    """One cluster for the module: initdb runs once, later tests start it warm.
+
+    Not under pytest's base temp folder: as root, the embedded Postgres runs as another account, which needs o+x
+    on each folder above its data, and every pytest session that starts (the guide test runs a suite of its own
+    beside this one) resets that base folder to 0700, so a restart would find its own files out of reach."""
+    path = Path(tempfile.mkdtemp(prefix="embedded-"))
     yield path
     embedded.stop_all(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _free_port() -> int:
