@@ -228,8 +228,22 @@ def finished(name: str, process: subprocess.Popen[str]) -> str:
     except subprocess.TimeoutExpired:
         output = stop(process)
         raise AssertionError(f"{name} in the copy took over {SUITE_TIMEOUT_SECONDS} s:\n{output[-6000:]}") from None
-    assert process.returncode == 0, f"{name} in the copy, where the guides were followed, failed:\n{output[-6000:]}"
+    assert process.returncode == 0, f"{name} in the copy, where the guides were followed, failed:\n{failures(output)}"
     return output
+
+
+FAILURE_HEADER = re.compile(r"^_+ ([^_ ].*?) _+$", re.MULTILINE)  # not a traceback's "_ _ _" line
+
+
+def failures(output: str, each: int = 2500) -> str:
+    """Each failure's name and the end of its report (where its assertion is), and the run's last lines: the whole
+    output's tail would show only the last failures' tracebacks."""
+    starts = [match.start() for match in FAILURE_HEADER.finditer(output)]
+    if not starts:
+        return output[-6000:]
+    reports = [output[start:end] for start, end in zip(starts, [*starts[1:], len(output)], strict=True)]
+    cut = (r if len(r) <= each else f"{r.splitlines()[0]}\n[...]\n{r[-each:]}" for r in reports)
+    return "\n".join(cut)
 
 
 def run_suites(tree: Path, env: Mapping[str, str], work: Path, without_system_deps: bool) -> None:
