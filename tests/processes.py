@@ -109,6 +109,14 @@ def stop(process: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: flo
     return process.returncode
 
 
+def embedded_servers_folder(prefix: str) -> Path:
+    """A new folder for embedded servers' data, outside pytest's base temp folder: as root, the embedded Postgres
+    runs as another account, which needs o+x on each folder above its data, and every pytest session that starts
+    (the guide test runs a suite of its own beside the suite) resets that base folder to 0700. The caller removes
+    it."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
 async def wait_for(predicate: Callable[[], Any], within: float, what: str, step: float = 0.05) -> Any:
     """Poll an async (or plain) predicate until it returns something truthy."""
     deadline = time.monotonic() + within

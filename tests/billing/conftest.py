@@ -129,3 +129,13 @@ async def wait_for_stub_request(stub: StripeStub, method: str, path: str) -> Non
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"the Stripe stub never received {method} {path} within 5 s")
+
+
+def health_checks_since(stub: StripeStub, first: int, in_flight: int = 0) -> list[float]:
+    """When Stripe's health checks (an event list) arrived, from request ``first`` on: nothing else was asked
+    there but at most ``in_flight`` calls already under way."""
+    # Two reads of the stub's log: a request arriving between them is in the second alone, and zip drops it.
+    since = list(zip(stub.requests, stub.request_times, strict=False))[first:]
+    checks = [at for (_, path), at in since if path == "/v1/events"]
+    assert len(since) - len(checks) <= in_flight, since
+    return checks

@@ -15,11 +15,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.processes import embedded_servers_folder
 from tools import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +36,7 @@ TIME_LIMIT_SECONDS = 300  # about a minute and a half, more on a busy machine
 
 @pytest.mark.slow(100)
 def test_short_soak_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
-    # Not under tmp_path: as root, the embedded Postgres runs as another account, which needs o+x on each folder
-    # above its data, and every pytest session that starts resets the base temp folder to 0700.
-    run_parent = Path(tempfile.mkdtemp(prefix="soak-short-"))
+    run_parent = embedded_servers_folder("soak-short-")
     summary_file, run_dir = tmp_path / "summary.json", run_parent / "run"
     command = [sys.executable, "-m", "bench.soak", "--short", "--run-dir", str(run_dir)]
     command += ["--json-out", str(summary_file)]

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,17 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `tools` is not an installed package: it runs from the checkout
     sys.path.insert(0, str(ROOT))
 
+from tests.processes import embedded_servers_folder  # noqa: E402
 from tools import dev, embedded, test_env  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def data_dir() -> Iterator[Path]:
-    """One cluster for the module: initdb runs once, later tests start it warm.
-
-    Not under pytest's base temp folder: as root, the embedded Postgres runs as another account, which needs o+x
-    on each folder above its data, and every pytest session that starts (the guide test runs a suite of its own
-    beside this one) resets that base folder to 0700, so a restart would find its own files out of reach."""
-    path = Path(tempfile.mkdtemp(prefix="embedded-"))
+    """One cluster for the module: initdb runs once, later tests start it warm."""
+    path = embedded_servers_folder("embedded-")
     yield path
     embedded.stop_all(path)
     shutil.rmtree(path, ignore_errors=True)
